@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what Loom needs to build and test on a fresh Debian machine, when
+# run as root; otherwise says what is missing. Optional parts (CUDA, verbs,
+# UCX, hwloc, MPI) are never required. Sourced or run by run.sh and test.sh.
+set -euo pipefail
+
+LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps)
+
+loom_deps() {
+  local missing=()
+  for p in "${LOOM_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "loom: missing packages: ${missing[*]}" >&2
+    echo "loom: run as root, or: sudo apt-get install -y ${missing[*]}" >&2
+    return 1
+  fi
+  echo "loom: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then loom_deps; fi

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, build with -Werror, run every test, then the
+# sanitizer passes. Exits non-zero if anything fails.
+#   scripts/test.sh            everything (what CI runs)
+#   LOOM_TEST_QUICK=1 scripts/test.sh   the main build's tests only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+loom_deps
+jobs=$(nproc)
+
+build_and_test() { # dir, cmake args..., -- ctest args...
+  local dir=$1
+  shift
+  local cargs=() targs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do cargs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  targs=("$@")
+  echo "=== $dir: configure ${cargs[*]}"
+  cmake -S . -B "$dir" -DLOOM_WERROR=ON "${cargs[@]}" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log"; return 1; }
+  grep -A8 "optional parts" "$dir.configure.log" || true
+  cmake --build "$dir" -j"$jobs"
+  echo "=== $dir: test ${targs[*]}"
+  (cd "$dir" && ctest --output-on-failure --timeout 600 -j"$jobs" "${targs[@]}")
+}
+
+build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo --
+if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then exit 0; fi
+# Sanitizers over the unit tests and a covering part of the multi-rank tests.
+build_and_test build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=address,undefined -- -L "unit|sanity"
+build_and_test build-tsan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=thread -- -L "unit|sanity"
+echo "=== valgrind: unit tests"
+valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite -q \
+  ./build/tests/loom_unit_tests --gtest_brief=1
+echo "all test passes done"

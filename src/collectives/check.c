@@ -1,0 +1,558 @@
+/* check.c - proves a set of plans correct by symbolic simulation.
+ *
+ * No data moves: every element of every buffer holds a symbol saying which
+ * ranks' contributions of which source element it carries. The plans of all
+ * ranks run together under rendezvous semantics (a send and its receive
+ * complete only once both are posted in their ranks' current steps), once
+ * with distinct send and receive buffers and once in place, where SEND lives
+ * inside RECV's storage: aliasing is then two views of one array, so the
+ * hazard and data checks need no special case for it.
+ *
+ * The simulation is the same for every collective; what differs per kind
+ * (buffer sizes, where SEND sits in place, what each rank must end with) is
+ * one row of `kinds`, so a new collective adds a row and its functions. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/plan.h"
+
+/* What one element holds. */
+struct sym {
+  uint64_t mask; /* bit q: rank q's contribution is in it */
+  int32_t idx;   /* which source element; -1: garbage */
+  uint8_t flags; /* SYM_SCALED, SYM_DIVIDED */
+};
+enum { SYM_SCALED = 1, SYM_DIVIDED = 2 };
+static const struct sym garbage = {0, -1, 0};
+
+struct link { /* the other end of a send or receive */
+  int32_t rank;
+  uint32_t op;
+};
+
+struct rank_sim {
+  const struct plan* p;
+  struct sym* store[PB_COUNT]; /* the memory of each buffer */
+  struct sym* view[PB_COUNT];  /* where each plan buffer starts: in place, SEND is in RECV */
+  size_t op_base;              /* global id of the plan's op 0 */
+  uint32_t cur;                /* current step */
+  uint32_t pending;            /* its sends and receives not yet done */
+  int entered;                 /* local ops ran and comm ops are posted */
+};
+
+struct sim;
+struct kind_desc {
+  const char* name;
+  size_t (*send_count)(int nranks, size_t count);
+  size_t (*recv_count)(int nranks, size_t count);
+  /* Where SEND starts inside RECV when the call is in place. */
+  size_t (*inplace_off)(int nranks, int rank, size_t count);
+  /* What rank must end with in RECV[i]; 0 when the element is left free. */
+  int (*expect)(const struct sim* s, int rank, size_t i, struct sym* want_out);
+};
+
+enum { POSTED = 1, DONE = 2 }; /* state of an op */
+
+struct sim {
+  const struct kind_desc* kind;
+  const struct plan* plans;
+  int nranks, inplace;
+  size_t count;
+  uint64_t all;       /* every rank's bit */
+  uint8_t want_flags; /* inferred from the plans: premul, avg */
+  struct rank_sim* rk;
+  struct sym* mem;   /* every rank's buffers, one block */
+  struct link* link; /* by global op id */
+  uint8_t* state;    /* by global op id: POSTED, DONE */
+  int *stack, nstack;
+  uint32_t max_step_ops;
+  char* why;
+  size_t why_len;
+};
+
+/* ---- Per kind ---- */
+
+static size_t count_same(int nranks, size_t count) {
+  (void)nranks;
+  return count;
+}
+static size_t off_zero(int nranks, int rank, size_t count) {
+  (void)nranks, (void)rank, (void)count;
+  return 0;
+}
+static int expect_allreduce(const struct sim* s, int rank, size_t i, struct sym* want_out) {
+  (void)rank;
+  *want_out = (struct sym){s->all, (int32_t)i, s->want_flags};
+  return 1;
+}
+
+static const struct kind_desc kinds[] = {
+    [CHECK_ALLREDUCE] = {"all-reduce", count_same, count_same, off_zero, expect_allreduce},
+};
+
+/* ---- Helpers ---- */
+
+/* Keeps the first error only: later ones are usually its echoes. */
+static int fail(struct sim* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct sim* s, const char* fmt, ...) {
+  if (s->why == NULL || s->why_len == 0 || s->why[0] != '\0') return -1;
+  int n = snprintf(s->why, s->why_len, "%s", s->inplace ? "in-place: " : "");
+  if (n < 0 || (size_t)n >= s->why_len) return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->why + n, s->why_len - (size_t)n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int lowest_rank(uint64_t mask) {
+  return __builtin_ctzll(mask);
+}
+static int is_comm(unsigned kind) {
+  return kind == OP_SEND || kind == OP_RECV || kind == OP_RECV_REDUCE;
+}
+static int reads_src(unsigned kind) {
+  return kind != OP_RECV;
+}
+static int writes_dst(unsigned kind) {
+  return kind != OP_SEND;
+}
+static struct sym* at(struct sim* s, int r, struct plan_ref ref) {
+  return s->rk[r].view[ref.buf] + ref.off;
+}
+static size_t gid(const struct sim* s, struct link l) {
+  return s->rk[l.rank].op_base + l.op;
+}
+/* The step of a plan that holds op o (steps are sorted by op_begin). */
+static uint32_t step_of(const struct plan* p, uint32_t o) {
+  uint32_t lo = 0, hi = p->nsteps;
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    *(p->steps[mid].op_begin <= o ? &lo : &hi) = mid;
+  }
+  return lo;
+}
+/* Element i of ref, for messages. */
+#define AT(ref, i) plan_buf_name((ref).buf), (ref).off + (i)
+
+/* ---- Static validation: shapes, bounds, peers ---- */
+
+static int ref_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op, struct plan_ref ref) {
+  if (ref.buf >= PB_COUNT)
+    return fail(s, "rank %d step %u: %s names buffer %u", r, t, plan_op_name(op->kind), ref.buf);
+  size_t have = s->plans[r].buf_count[ref.buf];
+  if (ref.off <= have && op->count <= have - ref.off) return 0;
+  return fail(s, "rank %d step %u: %s touches %s[%zu..%zu), out of bounds (%zu elements)", r, t,
+              plan_op_name(op->kind), AT(ref, 0), ref.off + op->count, have);
+}
+
+static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
+  const char* name = plan_op_name(op->kind);
+  if (op->kind >= OP_KIND_COUNT) return fail(s, "rank %d step %u: unknown op %u", r, t, op->kind);
+  if (op->count == 0) return fail(s, "rank %d step %u: %s of 0 elements", r, t, name);
+  if (is_comm(op->kind) ? op->peer < 0 || op->peer >= s->nranks || op->peer == r : op->peer != -1)
+    return fail(s, "rank %d step %u: %s with peer %d", r, t, name, op->peer);
+  if (reads_src(op->kind) && ref_ok(s, r, t, op, op->src)) return -1;
+  if (writes_dst(op->kind) && ref_ok(s, r, t, op, op->dst)) return -1;
+  if (writes_dst(op->kind) && op->dst.buf == PB_SEND) /* the API takes it as const */
+    return fail(s, "rank %d step %u: %s writes the send buffer", r, t, name);
+  /* The plans ask for premul or avg by holding such ops; the final state
+   * must then show it on every element. */
+  if (op->kind == OP_PREMUL) s->want_flags |= SYM_SCALED;
+  if (op->kind == OP_DIV) s->want_flags |= SYM_DIVIDED;
+  return 0;
+}
+
+static int plan_ok(struct sim* s, int r) {
+  const struct plan* p = &s->plans[r];
+  size_t want_send = s->kind->send_count(s->nranks, s->count);
+  size_t want_recv = s->kind->recv_count(s->nranks, s->count);
+  if (p->failed) return fail(s, "rank %d: the plan failed to build", r);
+  if (p->rank != r || p->nranks != s->nranks)
+    return fail(s, "plan %d says it is rank %d of %d", r, p->rank, p->nranks);
+  if (p->buf_count[PB_SEND] != want_send || p->buf_count[PB_RECV] != want_recv)
+    return fail(s, "rank %d: plan has send %zu recv %zu elements, %s needs %zu and %zu", r,
+                p->buf_count[PB_SEND], p->buf_count[PB_RECV], s->kind->name, want_send, want_recv);
+  for (int b = 0; b < PB_COUNT; b++)
+    if (p->buf_count[b] > INT32_MAX) return fail(s, "rank %d: buffers too large to check", r);
+  if (p->nops > 0 && (p->ops == NULL || p->steps == NULL || p->nsteps == 0))
+    return fail(s, "rank %d: plan has ops but no steps", r);
+  /* Steps tile the ops in order, as plan.c builds them: every op runs once. */
+  for (uint32_t t = 0; t < p->nsteps; t++) {
+    const struct plan_step* st = &p->steps[t];
+    uint32_t want_begin = t ? p->steps[t - 1].op_end : 0;
+    if (st->op_begin != want_begin || st->op_end < st->op_begin || st->op_end > p->nops)
+      return fail(s, "rank %d step %u: ops [%u, %u) do not follow the step before", r, t,
+                  st->op_begin, st->op_end);
+    if (st->op_end - st->op_begin > s->max_step_ops) s->max_step_ops = st->op_end - st->op_begin;
+    for (uint32_t o = st->op_begin; o < st->op_end; o++)
+      if (op_ok(s, r, t, &p->ops[o])) return -1;
+  }
+  if (p->nsteps > 0 && p->steps[p->nsteps - 1].op_end != p->nops)
+    return fail(s, "rank %d: ops past the last step", r);
+  return 0;
+}
+
+/* ---- Matching: the k-th send a -> b meets b's k-th receive from a ---- */
+
+/* Walks every send and receive in plan order. Without lists it counts them
+ * per ordered pair (a * n + b) into the cursors; with lists the cursors
+ * start at each pair's first slot and the ops are written there in order. */
+static void pair_scan(struct sim* s, size_t* cur_send, size_t* cur_recv, struct link* sends,
+                      struct link* recvs) {
+  for (int r = 0; r < s->nranks; r++) {
+    const struct plan* p = &s->plans[r];
+    for (uint32_t o = 0; o < p->nops; o++) {
+      const struct plan_op* op = &p->ops[o];
+      if (!is_comm(op->kind)) continue;
+      int send = op->kind == OP_SEND;
+      size_t k = send ? (size_t)r * s->nranks + op->peer : (size_t)op->peer * s->nranks + r;
+      struct link* list = send ? sends : recvs;
+      size_t* cur = send ? cur_send : cur_recv;
+      if (list) list[cur[k]] = (struct link){r, o};
+      cur[k]++;
+    }
+  }
+}
+
+static int link_pair(struct sim* s, struct link snd, struct link rcv) {
+  const struct plan_op* so = &s->plans[snd.rank].ops[snd.op];
+  const struct plan_op* ro = &s->plans[rcv.rank].ops[rcv.op];
+  if (so->count != ro->count)
+    return fail(s,
+                "rank %d step %u sends %zu elements to rank %d, whose receive (step %u) takes %zu",
+                snd.rank, step_of(&s->plans[snd.rank], snd.op), so->count, rcv.rank,
+                step_of(&s->plans[rcv.rank], rcv.op), ro->count);
+  s->link[gid(s, snd)] = rcv;
+  s->link[gid(s, rcv)] = snd;
+  return 0;
+}
+
+static int match_ops(struct sim* s) {
+  size_t npairs = (size_t)s->nranks * s->nranks, total = 0;
+  size_t* ns = calloc(npairs * 2, sizeof(*ns));
+  size_t* nr = ns + npairs;
+  struct link* lists = NULL;
+  int rc = -1;
+  if (ns == NULL) goto oom;
+  pair_scan(s, ns, nr, NULL, NULL);
+  for (size_t k = 0; k < npairs; k++) {
+    if (ns[k] != nr[k]) {
+      fail(s, "rank %d has %zu sends to rank %d, which has %zu receives from it",
+           (int)(k / s->nranks), ns[k], (int)(k % s->nranks), nr[k]);
+      goto out;
+    }
+    size_t c = ns[k];
+    ns[k] = nr[k] = total; /* from here on: the cursor of the pair's first slot */
+    total += c;
+  }
+  lists = malloc((2 * total + 1) * sizeof(*lists));
+  if (lists == NULL) goto oom;
+  pair_scan(s, ns, nr, lists, lists + total);
+  for (size_t i = 0; i < total; i++)
+    if (link_pair(s, lists[i], lists[total + i])) goto out;
+  rc = 0;
+  goto out;
+oom:
+  fail(s, "out of memory matching sends and receives");
+out:
+  free(lists);
+  free(ns);
+  return rc;
+}
+
+/* ---- Hazards inside one step ---- */
+
+struct access {
+  const struct sym *lo, *hi; /* resolved, so in-place aliasing shows as overlap */
+  uint32_t op;
+  int write;
+};
+
+/* a writes; b reads or writes. */
+static int hazard(struct sim* s, int r, const struct access* a, const struct access* b) {
+  const struct plan_op *x = &s->plans[r].ops[a->op], *y = &s->plans[r].ops[b->op];
+  struct plan_ref yr = b->write ? y->dst : y->src;
+  return fail(s, "rank %d step %u: %s writes %s[%zu..%zu) while %s%s %s %s[%zu..%zu)", r,
+              s->rk[r].cur, plan_op_name(x->kind), AT(x->dst, 0), x->dst.off + x->count,
+              a->op == b->op ? "its own " : "", plan_op_name(y->kind),
+              b->write ? "writes" : "reads", AT(yr, 0), yr.off + y->count);
+}
+
+/* Pairwise, because steps hold a few ops. One op may read and write the
+ * very same range (an element-wise update) but not partly overlapping ones. */
+static int step_hazards(struct sim* s, int r, struct access* acc) {
+  const struct plan* p = &s->plans[r];
+  const struct plan_step* st = &p->steps[s->rk[r].cur];
+  int n = 0;
+  for (uint32_t o = st->op_begin; o < st->op_end; o++) {
+    const struct plan_op* op = &p->ops[o];
+    struct sym *src = at(s, r, op->src), *dst = at(s, r, op->dst);
+    if (reads_src(op->kind)) acc[n++] = (struct access){src, src + op->count, o, 0};
+    if (writes_dst(op->kind)) acc[n++] = (struct access){dst, dst + op->count, o, 1};
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++) {
+      const struct access *a = &acc[i], *b = &acc[j];
+      if (!(a->write || b->write)) continue;
+      if ((uintptr_t)a->lo >= (uintptr_t)b->hi || (uintptr_t)b->lo >= (uintptr_t)a->hi) continue;
+      if (a->op == b->op && a->lo == b->lo) continue;
+      return a->write ? hazard(s, r, a, b) : hazard(s, r, b, a);
+    }
+  return 0;
+}
+
+/* ---- Values ---- */
+
+/* a op b, as a reduction must see them: same element, same treatment, and
+ * no rank's contribution in both. */
+static int combine(struct sim* s, int r, struct plan_ref dst, size_t i, struct sym a, struct sym b,
+                   struct sym* out) {
+  uint32_t t = s->rk[r].cur;
+  if (a.idx < 0 || b.idx < 0)
+    return fail(s, "rank %d step %u: reduces garbage into %s[%zu]", r, t, AT(dst, i));
+  if (a.idx != b.idx)
+    return fail(s, "rank %d step %u: reduces element %d with element %d into %s[%zu]", r, t, a.idx,
+                b.idx, AT(dst, i));
+  if (a.flags != b.flags)
+    return fail(s, "rank %d step %u: reduces values scaled or divided differently into %s[%zu]", r,
+                t, AT(dst, i));
+  if (a.mask & b.mask)
+    return fail(s, "rank %d step %u: contribution of rank %d counted twice in %s[%zu]", r, t,
+                lowest_rank(a.mask & b.mask), AT(dst, i));
+  *out = (struct sym){a.mask | b.mask, a.idx, a.flags};
+  return 0;
+}
+
+/* premul takes a rank's own raw input; div takes a complete, undivided sum. */
+static int scale(struct sim* s, int r, const struct plan_op* op, size_t i, struct sym* v) {
+  uint32_t t = s->rk[r].cur;
+  if (op->kind == OP_PREMUL) {
+    if (v->idx < 0 || v->mask != (uint64_t)1 << r || v->flags != 0)
+      return fail(s, "rank %d step %u: premul of %s[%zu], which is not rank %d's own raw input", r,
+                  t, AT(op->src, i), r);
+    v->flags = SYM_SCALED;
+    return 0;
+  }
+  if (v->idx < 0)
+    return fail(s, "rank %d step %u: div of garbage in %s[%zu]", r, t, AT(op->src, i));
+  if (v->mask != s->all)
+    return fail(s, "rank %d step %u: div of %s[%zu], which misses the contribution of rank %d", r,
+                t, AT(op->src, i), lowest_rank(s->all & ~v->mask));
+  if (v->flags & SYM_DIVIDED)
+    return fail(s, "rank %d step %u: divides %s[%zu] twice", r, t, AT(op->src, i));
+  v->flags |= SYM_DIVIDED;
+  return 0;
+}
+
+/* Element by element in order, so an op onto its own range reads each
+ * element before writing it, as the executors do. */
+static int run_local(struct sim* s, int r, const struct plan_op* op) {
+  const struct sym* src = at(s, r, op->src);
+  struct sym* dst = at(s, r, op->dst);
+  for (size_t i = 0; i < op->count; i++) {
+    struct sym v = src[i];
+    if (op->kind == OP_REDUCE) {
+      if (combine(s, r, op->dst, i, dst[i], v, &v)) return -1;
+    } else if (op->kind != OP_COPY && scale(s, r, op, i, &v)) {
+      return -1;
+    }
+    dst[i] = v;
+  }
+  return 0;
+}
+
+/* ---- Progress under rendezvous ---- */
+
+/* Both ends are posted: move the data and retire both ops. The rank that
+ * was already waiting is woken when this was its last op. */
+static int complete(struct sim* s, struct link snd, struct link rcv, int waiting) {
+  const struct plan_op* so = &s->plans[snd.rank].ops[snd.op];
+  const struct plan_op* ro = &s->plans[rcv.rank].ops[rcv.op];
+  const struct sym *in = at(s, snd.rank, so->src), *mine = at(s, rcv.rank, ro->src);
+  struct sym* dst = at(s, rcv.rank, ro->dst);
+  for (size_t i = 0; i < ro->count; i++) {
+    if (ro->kind == OP_RECV)
+      dst[i] = in[i];
+    else if (combine(s, rcv.rank, ro->dst, i, mine[i], in[i], &dst[i]))
+      return -1;
+  }
+  s->state[gid(s, snd)] = s->state[gid(s, rcv)] = DONE;
+  s->rk[snd.rank].pending--;
+  s->rk[rcv.rank].pending--;
+  if (s->rk[waiting].pending == 0) s->stack[s->nstack++] = waiting;
+  return 0;
+}
+
+/* Runs the local ops of rank r's current step, then posts its sends and
+ * receives, completing those whose other end is already posted. */
+static int enter_step(struct sim* s, int r, struct access* acc) {
+  struct rank_sim* k = &s->rk[r];
+  const struct plan_step* st = &k->p->steps[k->cur];
+  k->entered = 1;
+  k->pending = 0;
+  if (step_hazards(s, r, acc)) return -1;
+  for (uint32_t o = st->op_begin; o < st->op_end; o++) {
+    if (is_comm(k->p->ops[o].kind))
+      k->pending++;
+    else if (run_local(s, r, &k->p->ops[o]))
+      return -1;
+  }
+  for (uint32_t o = st->op_begin; o < st->op_end; o++) {
+    if (!is_comm(k->p->ops[o].kind)) continue;
+    struct link me = {r, o}, other = s->link[k->op_base + o];
+    s->state[k->op_base + o] = POSTED;
+    if (s->state[gid(s, other)] != POSTED) continue;
+    int is_send = k->p->ops[o].kind == OP_SEND;
+    if (complete(s, is_send ? me : other, is_send ? other : me, other.rank)) return -1;
+  }
+  return 0;
+}
+
+static int advance(struct sim* s, int r, struct access* acc) {
+  struct rank_sim* k = &s->rk[r];
+  for (; k->cur < k->p->nsteps; k->cur++, k->entered = 0) {
+    if (!k->entered && enter_step(s, r, acc)) return -1;
+    if (k->pending > 0) return 0; /* woken again by the completion of its last op */
+  }
+  return 0;
+}
+
+/* Names up to four stuck ranks and, for each, where the other end of its
+ * first unfinished op sits. Every rank done means every op was matched. */
+static int report_deadlock(struct sim* s) {
+  char text[400] = "";
+  size_t pos = 0;
+  int stuck = 0;
+  for (int r = 0; r < s->nranks; r++) {
+    struct rank_sim* k = &s->rk[r];
+    if (k->cur >= k->p->nsteps || stuck++ >= 4) continue;
+    uint32_t o = k->p->steps[k->cur].op_begin, end = k->p->steps[k->cur].op_end;
+    while (o < end && (!is_comm(k->p->ops[o].kind) || s->state[k->op_base + o] == DONE)) o++;
+    if (o == end) continue; /* cannot be: it would have moved on */
+    struct link other = s->link[k->op_base + o];
+    int n = snprintf(text + pos, sizeof(text) - pos,
+                     "%srank %d step %u (%s with rank %d, matched in its step %u)", pos ? "; " : "",
+                     r, k->cur, plan_op_name(k->p->ops[o].kind), other.rank,
+                     step_of(&s->plans[other.rank], other.op));
+    if (n > 0 && (size_t)n < sizeof(text) - pos) pos += (size_t)n;
+  }
+  if (stuck == 0) return 0;
+  return fail(s, "deadlock under rendezvous: %s%s", text, stuck > 4 ? "; and more" : "");
+}
+
+/* ---- Setup, the two runs, the verdict ---- */
+
+/* Fresh memory for one run: inputs in SEND (inside RECV when in place),
+ * everything else garbage. */
+static void sim_reset(struct sim* s, int inplace) {
+  s->inplace = inplace;
+  for (int r = 0; r < s->nranks; r++) {
+    struct rank_sim* k = &s->rk[r];
+    for (int b = 0; b < PB_COUNT; b++) {
+      for (size_t i = 0; i < k->p->buf_count[b]; i++) k->store[b][i] = garbage;
+      k->view[b] = k->store[b];
+    }
+    if (inplace)
+      k->view[PB_SEND] = k->store[PB_RECV] + s->kind->inplace_off(s->nranks, r, s->count);
+    for (size_t i = 0; i < k->p->buf_count[PB_SEND]; i++)
+      k->view[PB_SEND][i] = (struct sym){(uint64_t)1 << r, (int32_t)i, 0};
+    k->cur = k->pending = 0;
+    k->entered = 0;
+  }
+  memset(s->state, 0, s->rk[s->nranks - 1].op_base + s->plans[s->nranks - 1].nops);
+}
+
+static int check_final(struct sim* s) {
+  for (int r = 0; r < s->nranks; r++)
+    for (size_t i = 0; i < s->rk[r].p->buf_count[PB_RECV]; i++) {
+      struct sym want, got = s->rk[r].view[PB_RECV][i];
+      if (!s->kind->expect(s, r, i, &want)) continue;
+      uint8_t diff = got.flags ^ want.flags, bit = diff & SYM_SCALED ? SYM_SCALED : SYM_DIVIDED;
+      if (got.idx < 0) return fail(s, "rank %d: recv[%zu] ends as garbage", r, i);
+      if (got.idx != want.idx)
+        return fail(s, "rank %d: recv[%zu] ends with element %d, not %d", r, i, got.idx, want.idx);
+      if (want.mask & ~got.mask)
+        return fail(s, "rank %d: recv[%zu] ends missing the contribution of rank %d", r, i,
+                    lowest_rank(want.mask & ~got.mask));
+      if (got.mask & ~want.mask)
+        return fail(s,
+                    "rank %d: recv[%zu] ends with rank %d's contribution, which it must not hold",
+                    r, i, lowest_rank(got.mask & ~want.mask));
+      if (diff)
+        return fail(s, "rank %d: recv[%zu] ends %s%s, unlike the plans' %s", r, i,
+                    got.flags & bit ? "" : "not ", bit == SYM_SCALED ? "pre-multiplied" : "divided",
+                    bit == SYM_SCALED ? "premul" : "div");
+    }
+  return 0;
+}
+
+static int run_once(struct sim* s, int inplace, struct access* acc) {
+  sim_reset(s, inplace);
+  for (int r = s->nranks - 1; r >= 0; r--) s->stack[s->nstack++] = r;
+  while (s->nstack > 0)
+    if (advance(s, s->stack[--s->nstack], acc)) return -1;
+  if (report_deadlock(s)) return -1;
+  return check_final(s);
+}
+
+/* Buffers, op states and links of all ranks; 0 or -1 when out of memory. */
+static int sim_alloc(struct sim* s) {
+  size_t nops = 0, nsyms = 0;
+  s->rk = calloc((size_t)s->nranks, sizeof(*s->rk));
+  s->stack = calloc((size_t)s->nranks, sizeof(*s->stack));
+  if (s->rk == NULL || s->stack == NULL) return -1;
+  for (int r = 0; r < s->nranks; r++) {
+    s->rk[r].p = &s->plans[r];
+    s->rk[r].op_base = nops;
+    nops += s->plans[r].nops;
+    for (int b = 0; b < PB_COUNT; b++) nsyms += s->plans[r].buf_count[b];
+  }
+  s->mem = malloc((nsyms + 1) * sizeof(*s->mem));
+  s->link = calloc(nops + 1, sizeof(*s->link));
+  s->state = calloc(nops + 1, 1);
+  if (s->mem == NULL || s->link == NULL || s->state == NULL) return -1;
+  struct sym* m = s->mem;
+  for (int r = 0; r < s->nranks; r++)
+    for (int b = 0; b < PB_COUNT; b++) {
+      s->rk[r].store[b] = m;
+      m += s->plans[r].buf_count[b];
+    }
+  return 0;
+}
+
+static int check_args(struct sim* s, enum check_kind kind) {
+  if ((unsigned)kind >= sizeof(kinds) / sizeof(kinds[0]) || kinds[kind].name == NULL)
+    return fail(s, "unknown collective kind %d", (int)kind);
+  if (s->nranks < 1 || s->nranks > 64 || s->plans == NULL)
+    return fail(s, "the checker takes 1 to 64 ranks' plans, not %d", s->nranks);
+  if (s->count > INT32_MAX) return fail(s, "count %zu is too large for the checker", s->count);
+  s->kind = &kinds[kind];
+  s->all = s->nranks == 64 ? ~(uint64_t)0 : ((uint64_t)1 << s->nranks) - 1;
+  for (int r = 0; r < s->nranks; r++)
+    if (plan_ok(s, r)) return -1;
+  return 0;
+}
+
+int plan_check(enum check_kind kind, int nranks, size_t count, const struct plan* plans,
+               char* why_out, size_t why_len) {
+  struct sim s = {
+      .plans = plans, .nranks = nranks, .count = count, .why = why_out, .why_len = why_len};
+  if (why_out && why_len) why_out[0] = '\0';
+  if (check_args(&s, kind)) return -1;
+  int rc = -1;
+  struct access* acc = malloc(((size_t)s.max_step_ops * 2 + 1) * sizeof(*acc));
+  if (acc == NULL || sim_alloc(&s))
+    fail(&s, "out of memory");
+  else if (match_ops(&s) == 0 && run_once(&s, 0, acc) == 0 && run_once(&s, 1, acc) == 0)
+    rc = 0;
+  free(acc);
+  free(s.state);
+  free(s.link);
+  free(s.mem);
+  free(s.stack);
+  free(s.rk);
+  return rc;
+}

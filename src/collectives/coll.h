@@ -1,0 +1,89 @@
+/* coll.h - the collectives layer's own types: a task (one call of the API,
+ * checked and recorded), the per-communicator state, and the entry points
+ * between api.c, group.c, exec_host.c and comm_api.c. */
+#ifndef LOOM_COLL_COLL_H
+#define LOOM_COLL_COLL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../core/comm.h"
+#include "loom.h"
+#include "plan.h"
+
+enum coll_kind {
+  COLL_ALLREDUCE = 0,
+  COLL_BROADCAST,
+  COLL_REDUCE,
+  COLL_ALLGATHER,
+  COLL_REDUCESCATTER,
+  COLL_ALLTOALL,
+  COLL_ALLTOALLV,
+  COLL_GATHER,
+  COLL_SCATTER,
+  COLL_SEND,
+  COLL_RECV,
+  COLL_KIND_COUNT
+};
+
+/* One call of the API, with its arguments checked. */
+struct coll_task {
+  enum coll_kind kind;
+  struct loomComm* comm;
+  loomStream_t stream;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  loomDataType_t dtype;
+  loomRedOp_t op;       /* as the user gave it */
+  int root;             /* root, or peer for send/recv */
+  unsigned char scalar[8]; /* PreMulSum's scalar, when read at call time */
+  const void* scalar_ptr;  /* PreMulSum's scalar, when read at run time */
+};
+
+#define COLL_MAX_PREMUL 256
+
+struct premul_op {
+  int in_use;
+  loomDataType_t dtype;
+  loomScalarResidence_t residence;
+  const void* ptr;
+  unsigned char value[8];
+};
+
+struct coll_comm {
+  pthread_mutex_t exec_lock; /* one operation at a time on a communicator */
+  pthread_mutex_t ops_lock;
+  struct premul_op ops[COLL_MAX_PREMUL];
+  _Atomic int queued; /* work queued on streams and not yet finished */
+};
+
+/* comm_api.c */
+loomResult_t coll_comm_init(struct loomComm* comm);
+void coll_comm_fini(struct loomComm* comm);
+/* Checks that comm is live and usable (initialised, not broken). Waits for
+ * a non-blocking init to finish. */
+loomResult_t coll_comm_ready(struct loomComm* comm);
+
+/* redop.c: resolves a user op for a task: the built-in op used to reduce,
+ * and the PreMulSum scalar if any. */
+loomResult_t redop_resolve(struct loomComm* comm, loomRedOp_t op, loomDataType_t dtype,
+                           struct coll_task* t);
+static inline int redop_is_premul(loomRedOp_t op) { return (int)op >= (int)loomNumOps; }
+
+/* group.c: runs t now (no group open, NULL stream), queues it on its stream,
+ * or adds it to the thread's open group. */
+loomResult_t group_submit(const struct coll_task* t);
+
+/* exec_host.c: runs the tasks of one launch (one group, or one call) to the
+ * end: every communicator's tasks in order, all communicators together. */
+loomResult_t exec_tasks(struct coll_task* tasks, int ntasks);
+
+/* p2p.c: the plan of consecutive sends and receives on one communicator: one
+ * step holding them all, so that no order of them can deadlock. Buffer k of
+ * the plan (PB_USER + k) is tasks[k]'s buffer; counts are in bytes. */
+#define PB_USER PB_COUNT
+loomResult_t p2p_build(const struct coll_task* tasks, int ntasks, struct plan* out);
+
+#endif

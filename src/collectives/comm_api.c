@@ -1,0 +1,447 @@
+/* comm_api.c - communicator lifecycle through the public API: the order in
+ * which the layers come up (bootstrap, transports, collectives) and go down.
+ * It lives in the top layer because it is the one place that knows them all;
+ * src/core keeps only what is generic (see docs/DESIGN.md). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/bootstrap.h"
+#include "../core/checks.h"
+#include "../core/params.h"
+#include "../transport/transport.h"
+#include "coll.h"
+
+loomResult_t coll_comm_init(struct loomComm* comm) {
+  struct coll_comm* cc = calloc(1, sizeof(*cc));
+  if (!cc) return err_set(comm, loomSystemError, "out of memory");
+  pthread_mutex_init(&cc->exec_lock, NULL);
+  pthread_mutex_init(&cc->ops_lock, NULL);
+  atomic_init(&cc->queued, 0);
+  comm->coll = cc;
+  return loomSuccess;
+}
+
+void coll_comm_fini(struct loomComm* comm) {
+  struct coll_comm* cc = comm->coll;
+  if (!cc) return;
+  pthread_mutex_destroy(&cc->exec_lock);
+  pthread_mutex_destroy(&cc->ops_lock);
+  free(cc);
+  comm->coll = NULL;
+}
+
+static void self_info(const struct loomComm* comm, struct peer_info* self) {
+  memset(self, 0, sizeof(*self));
+  self->rank = comm->rank;
+  self->pid = (int32_t)getpid();
+  self->cuda_dev = -1;
+  self->host_id = host_id_get();
+  self->process_token = process_token_get();
+  gethostname(self->hostname, sizeof(self->hostname) - 1);
+}
+
+/* Brings every layer up, in order. On failure the caller tears down. */
+static loomResult_t init_body(struct loomComm* comm, const struct boot_id* id) {
+  struct peer_info self;
+  self_info(comm, &self);
+  LOOM_CHECK(boot_init(comm, id, &self));
+  LOOM_CHECK(tp_comm_init(comm));
+  LOOM_CHECK(coll_comm_init(comm));
+  struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  LOOM_CHECK(boot_barrier(comm, &dl));
+  int expect = loomInProgress;
+  atomic_compare_exchange_strong(&comm->async_error, &expect, loomSuccess);
+  LOOM_CHECK(comm_health(comm));
+  LOOM_INFO(SUB_INIT, "rank %d of %d ready (comm %016llx%s%s)", comm->rank, comm->nranks,
+            (unsigned long long)comm->comm_hash, comm->name[0] ? ", " : "", comm->name);
+  return loomSuccess;
+}
+
+/* Tears down whatever init_body brought up; never blocks on peers. */
+static void comm_teardown(struct loomComm* comm, int clean) {
+  boot_fini(comm, clean);
+  tp_comm_fini(comm);
+  coll_comm_fini(comm);
+  comm_free(comm);
+}
+
+struct init_job {
+  struct loomComm* comm;
+  struct boot_id id;
+};
+
+static void* init_thread_main(void* arg) {
+  struct init_job* job = arg;
+  loomResult_t r = init_body(job->comm, &job->id);
+  if (r != loomSuccess && r != loomInProgress) {
+    int expect = loomInProgress;
+    atomic_compare_exchange_strong(&job->comm->async_error, &expect, (int)r);
+  }
+  free(job);
+  return NULL;
+}
+
+static loomResult_t check_config(const loomConfig_t* config) {
+  if (config && config->magic != LOOM_CONFIG_MAGIC)
+    return err_set(NULL, loomInvalidArgument,
+                   "invalid argument: config was not initialised with LOOM_CONFIG_INITIALIZER");
+  return loomSuccess;
+}
+
+static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id* id, int rank,
+                              const loomConfig_t* config) {
+  if (!out) return err_set(NULL, loomInvalidArgument, "invalid argument: comm pointer is NULL");
+  if (nranks < 1)
+    return err_set(NULL, loomInvalidArgument, "invalid argument: nranks %d is less than 1", nranks);
+  if (rank < 0 || rank >= nranks)
+    return err_set(NULL, loomInvalidArgument, "invalid argument: rank %d is out of range [0, %d)",
+                   rank, nranks);
+  if (id->magic != BOOT_ID_MAGIC || id->version != BOOT_WIRE_VERSION)
+    return err_set(NULL, loomInvalidArgument,
+                   "invalid argument: the unique id was not made by loomGetUniqueId of this version");
+  LOOM_CHECK(check_config(config));
+  struct loomComm* comm;
+  LOOM_CHECK(comm_alloc(nranks, rank, config, &comm));
+  if (comm->blocking) {
+    loomResult_t r = init_body(comm, id);
+    if (r != loomSuccess) {
+      comm_teardown(comm, 0);
+      return r;
+    }
+    *out = comm;
+    return loomSuccess;
+  }
+  struct init_job* job = malloc(sizeof(*job));
+  if (!job) {
+    comm_free(comm);
+    return err_set(NULL, loomSystemError, "out of memory");
+  }
+  job->comm = comm;
+  job->id = *id;
+  int rc = pthread_create(&comm->init_thread, NULL, init_thread_main, job);
+  if (rc != 0) {
+    free(job);
+    comm_free(comm);
+    return err_set(NULL, loomSystemError, "cannot start the init thread: %s", strerror(rc));
+  }
+  comm->init_thread_live = 1;
+  *out = comm;
+  return loomInProgress;
+}
+
+loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
+                                    loomConfig_t* config) {
+  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, config);
+}
+
+loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
+  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, NULL);
+}
+
+loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
+  if (!uniqueId) return err_set(NULL, loomInvalidArgument, "invalid argument: uniqueId is NULL");
+  _Static_assert(sizeof(struct boot_id) == LOOM_UNIQUE_ID_BYTES, "boot_id must fill the id");
+  memset(uniqueId, 0, sizeof(*uniqueId));
+  return boot_id_create((struct boot_id*)uniqueId->internal);
+}
+
+loomResult_t coll_comm_ready(struct loomComm* comm) {
+  LOOM_CHECK(comm_check(comm));
+  /* A non-blocking init still running: wait for it (it has its own
+   * deadline). */
+  while (atomic_load(&comm->async_error) == loomInProgress) usleep(1000);
+  if (atomic_load(&comm->aborted))
+    return err_set(comm, loomInvalidUsage, "the communicator was aborted");
+  return comm_health(comm);
+}
+
+static void join_init_thread(struct loomComm* comm) {
+  if (comm->init_thread_live) {
+    pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
+  }
+}
+
+/* Work queued on streams must finish before the communicator goes. */
+static void wait_queued(struct loomComm* comm) {
+  if (!comm->coll) return;
+  while (atomic_load(&comm->coll->queued) > 0) usleep(1000);
+}
+
+loomResult_t loomCommFinalize(loomComm_t comm) {
+  LOOM_CHECK(comm_check(comm));
+  join_init_thread(comm);
+  LOOM_CHECK(comm_health(comm));
+  wait_queued(comm);
+  LOOM_CHECK(comm_health(comm));
+  struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  return boot_barrier(comm, &dl);
+}
+
+loomResult_t loomCommDestroy(loomComm_t comm) {
+  LOOM_CHECK(comm_check(comm));
+  join_init_thread(comm);
+  wait_queued(comm);
+  comm_teardown(comm, 1);
+  return loomSuccess;
+}
+
+loomResult_t loomCommAbort(loomComm_t comm) {
+  LOOM_CHECK(comm_check(comm));
+  atomic_store(&comm->aborted, 1);
+  if (comm->wake_fn) comm->wake_fn(comm->wake_arg);
+  join_init_thread(comm); /* its waits watch the abort flag */
+  wait_queued(comm);      /* queued work fails fast on the flag */
+  if (comm->coll) {
+    /* An operation running on another thread notices the flag at its next
+     * wake-up; wait for it to leave before freeing what it uses. */
+    pthread_mutex_lock(&comm->coll->exec_lock);
+    pthread_mutex_unlock(&comm->coll->exec_lock);
+  }
+  comm_teardown(comm, 0);
+  return loomSuccess;
+}
+
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
+  LOOM_CHECK(comm_check(comm));
+  if (!asyncError) return err_set(comm, loomInvalidArgument, "invalid argument: asyncError is NULL");
+  *asyncError = (loomResult_t)atomic_load(&comm->async_error);
+  return loomSuccess;
+}
+
+loomResult_t loomCommCount(const loomComm_t comm, int* count) {
+  LOOM_CHECK(comm_check(comm));
+  if (!count) return err_set(comm, loomInvalidArgument, "invalid argument: count is NULL");
+  *count = comm->nranks;
+  return loomSuccess;
+}
+
+loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
+  LOOM_CHECK(comm_check(comm));
+  if (!rank) return err_set(comm, loomInvalidArgument, "invalid argument: rank is NULL");
+  *rank = comm->rank;
+  return loomSuccess;
+}
+
+loomResult_t loomCommCuDevice(const loomComm_t comm, int* device) {
+  LOOM_CHECK(comm_check(comm));
+  if (!device) return err_set(comm, loomInvalidArgument, "invalid argument: device is NULL");
+  *device = -1; /* host ranks */
+  return loomSuccess;
+}
+
+/* ---- Split ---- */
+
+struct split_key {
+  int32_t color, key;
+};
+
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                           loomConfig_t* config) {
+  LOOM_CHECK(coll_comm_ready(comm));
+  if (!newcomm) return err_set(comm, loomInvalidArgument, "invalid argument: newcomm is NULL");
+  if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
+    return err_set(comm, loomInvalidArgument, "invalid argument: color %d is negative", color);
+  LOOM_CHECK(check_config(config));
+  int n = comm->nranks;
+  struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  struct split_key mine = {color, key};
+  struct split_key* all = malloc((size_t)n * sizeof(*all));
+  struct boot_id* ids = calloc((size_t)n, sizeof(*ids));
+  loomResult_t r = loomSuccess;
+  if (!all || !ids) {
+    r = err_set(comm, loomSystemError, "out of memory");
+    goto out;
+  }
+  LOOM_CHECK_GOTO(boot_allgather(comm, &mine, sizeof(mine), all, &dl), r, out);
+  /* New rank = place among the same color, ordered by (key, old rank). */
+  int newrank = 0, newsize = 0, leader = -1;
+  for (int p = 0; p < n; p++) {
+    if (all[p].color != color || color == LOOM_SPLIT_NOCOLOR) continue;
+    newsize++;
+    if (all[p].key < key || (all[p].key == key && p < comm->rank)) newrank++;
+    if (leader < 0 || all[p].key < all[leader].key) leader = p;
+  }
+  struct boot_id myid = {0};
+  if (color != LOOM_SPLIT_NOCOLOR && newrank == 0) LOOM_CHECK_GOTO(boot_id_create(&myid), r, out);
+  LOOM_CHECK_GOTO(boot_allgather(comm, &myid, sizeof(myid), ids, &dl), r, out);
+  if (color == LOOM_SPLIT_NOCOLOR) {
+    *newcomm = NULL;
+    goto out;
+  }
+  loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
+  inherit.blocking = comm->blocking;
+  inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
+  r = init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit);
+out:
+  free(all);
+  free(ids);
+  return r;
+}
+
+/* ---- Environment ---- */
+
+static const char* env_get(const char* name) {
+  const char* v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+/* Finds rank, size and the root address in the families API.md lists. */
+static loomResult_t env_rendezvous(int* rank, int* size, char* root, size_t root_len) {
+  static const char* const fam[][2] = {{"LOOM_RANK", "LOOM_WORLD_SIZE"},
+                                       {"RANK", "WORLD_SIZE"},
+                                       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                       {"PMI_RANK", "PMI_SIZE"},
+                                       {"SLURM_PROCID", "SLURM_NTASKS"}};
+  int f = 0;
+  while (f < 5 && !(env_get(fam[f][0]) && env_get(fam[f][1]))) f++;
+  if (f == 5)
+    return err_set(NULL, loomInvalidUsage,
+                   "loomCommInitFromEnv: no rank and size in the environment (LOOM_RANK/"
+                   "LOOM_WORLD_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_PROCID/"
+                   "SLURM_NTASKS)");
+  char* end;
+  long r = strtol(env_get(fam[f][0]), &end, 10);
+  long s = strtol(env_get(fam[f][1]), &end, 10);
+  if (s < 1 || r < 0 || r >= s)
+    return err_set(NULL, loomInvalidArgument, "invalid argument: %s=%s with %s=%s", fam[f][0],
+                   env_get(fam[f][0]), fam[f][1], env_get(fam[f][1]));
+  *rank = (int)r;
+  *size = (int)s;
+  const char* loom_root = env_get("LOOM_ROOT");
+  const char *maddr = env_get("MASTER_ADDR"), *mport = env_get("MASTER_PORT");
+  /* The torchrun family names its own root first; every other family takes
+   * LOOM_ROOT first. */
+  if (f == 1 && maddr && mport)
+    snprintf(root, root_len, "%s:%s", maddr, mport);
+  else if (loom_root)
+    snprintf(root, root_len, "%s", loom_root);
+  else if (maddr && mport)
+    snprintf(root, root_len, "%s:%s", maddr, mport);
+  else
+    return err_set(NULL, loomInvalidUsage,
+                   "loomCommInitFromEnv: no rendezvous address: set LOOM_ROOT=host:port or "
+                   "MASTER_ADDR and MASTER_PORT");
+  return loomSuccess;
+}
+
+loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
+  if (!comm) return err_set(NULL, loomInvalidArgument, "invalid argument: comm pointer is NULL");
+  int rank = 0, size = 0;
+  char root[256];
+  LOOM_CHECK(env_rendezvous(&rank, &size, root, sizeof(root)));
+  uint64_t secret;
+  const char* hex = params_get()->secret;
+  if (hex && *hex) {
+    char* end;
+    secret = strtoull(hex, &end, 16);
+    if (*end) return err_set(NULL, loomInvalidArgument, "invalid argument: LOOM_SECRET is not hex");
+  } else {
+    /* Without LOOM_SECRET every rank derives the same value from what it
+     * shares; it keeps strays out, not attackers (docs/DESIGN.md). */
+    char seed[300];
+    snprintf(seed, sizeof(seed), "%s/%d", root, size);
+    secret = hash64(seed, strlen(seed), 0x6c6f6f6d);
+  }
+  struct boot_id id;
+  LOOM_CHECK(boot_id_from_addr(root, secret, rank == 0, &id));
+  return init_rank(comm, size, &id, rank, config);
+}
+
+/* ---- Init of several ranks in this process ---- */
+
+struct all_job {
+  loomComm_t* slot;
+  const struct boot_id* id;
+  int n, rank;
+  loomResult_t res;
+  char err[LOOM_ERR_LEN];
+};
+
+static void* all_thread(void* arg) {
+  struct all_job* j = arg;
+  j->res = init_rank(j->slot, j->n, j->id, j->rank, NULL);
+  if (j->res != loomSuccess) snprintf(j->err, sizeof(j->err), "%s", err_thread_last());
+  return NULL;
+}
+
+loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
+  if (!comms) return err_set(NULL, loomInvalidArgument, "invalid argument: comms is NULL");
+  if (ndev < 1) return err_set(NULL, loomInvalidArgument, "invalid argument: ndev %d < 1", ndev);
+  if (devlist)
+    return err_set(NULL, loomInvalidUsage,
+                   "loomCommInitAll: CUDA device ranks are not available yet; pass devlist NULL "
+                   "for host ranks");
+  loomUniqueId uid;
+  LOOM_CHECK(loomGetUniqueId(&uid));
+  struct all_job* jobs = calloc((size_t)ndev, sizeof(*jobs));
+  pthread_t* th = calloc((size_t)ndev, sizeof(*th));
+  if (!jobs || !th) {
+    free(jobs);
+    free(th);
+    return err_set(NULL, loomSystemError, "out of memory");
+  }
+  int started = 0;
+  for (int i = 0; i < ndev; i++) {
+    jobs[i] = (struct all_job){&comms[i], (const struct boot_id*)uid.internal, ndev, i,
+                               loomSuccess, ""};
+    comms[i] = NULL;
+    if (pthread_create(&th[i], NULL, all_thread, &jobs[i]) != 0) break;
+    started++;
+  }
+  loomResult_t res = loomSuccess;
+  for (int i = 0; i < started; i++) {
+    pthread_join(th[i], NULL);
+    if (jobs[i].res != loomSuccess && res == loomSuccess) {
+      res = jobs[i].res;
+      err_copy_to_thread(jobs[i].err);
+    }
+  }
+  if (started < ndev && res == loomSuccess)
+    res = err_set(NULL, loomSystemError, "cannot start threads for loomCommInitAll");
+  if (res != loomSuccess) {
+    for (int i = 0; i < ndev; i++)
+      if (comms[i]) {
+        loomCommAbort(comms[i]);
+        comms[i] = NULL;
+      }
+  }
+  free(jobs);
+  free(th);
+  return res;
+}
+
+/* ---- Versions and errors ---- */
+
+loomResult_t loomGetVersion(int* version) {
+  if (!version) return err_set(NULL, loomInvalidArgument, "invalid argument: version is NULL");
+  *version = LOOM_VERSION_CODE;
+  return loomSuccess;
+}
+
+const char* loomGetErrorString(loomResult_t result) {
+  switch (result) {
+    case loomSuccess: return "no error";
+    case loomUnhandledCudaError: return "unhandled cuda error";
+    case loomSystemError: return "unhandled system error";
+    case loomInternalError: return "internal error";
+    case loomInvalidArgument: return "invalid argument";
+    case loomInvalidUsage: return "invalid usage";
+    case loomRemoteError: return "remote process exited or there was a network error";
+    case loomInProgress: return "operation in progress";
+    case loomTimeout: return "operation timed out";
+    default: return "unknown result code";
+  }
+}
+
+const char* loomGetLastError(loomComm_t comm) {
+  static __thread char copy[LOOM_ERR_LEN];
+  if (!comm || comm->magic != LOOM_COMM_MAGIC) return err_thread_last();
+  pthread_mutex_lock(&comm->err_lock);
+  snprintf(copy, sizeof(copy), "%s", comm->last_error);
+  pthread_mutex_unlock(&comm->err_lock);
+  return copy;
+}

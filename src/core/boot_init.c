@@ -1,0 +1,431 @@
+/* boot_init.c - the rendezvous. Rank 0 accepts every rank's hello over one
+ * poll loop and answers with the peer table; the others connect, say hello
+ * and wait for the table.
+ *
+ * Rank 0's accept loop is all non-blocking, with a partial-read buffer per
+ * pending connection: a stranger that connects and stays silent, sends
+ * garbage or the wrong secret costs one WARN and a close, never a stall. */
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "boot_internal.h"
+#include "checks.h"
+#include "fault.h"
+
+#define ACCEPT_SLICE_MS 100
+
+/* A connection that has not finished its hello yet. */
+struct pending {
+  int fd;
+  union sock_addr addr;
+  size_t got;
+  uint8_t buf[sizeof(struct boot_hdr) + sizeof(struct boot_hello)];
+};
+
+struct accept_ctx {
+  struct bootstrap* b;
+  struct peer_info* peers;
+  struct pending* pend;
+  int npend, cap; /* pend[] has room for cap; pfd[] for cap + 1 */
+  struct pollfd* pfd;
+  int joined; /* ranks other than 0 that are in */
+};
+
+static loomResult_t pending_grow(struct accept_ctx* c) {
+  int cap = c->cap ? 2 * c->cap : 16;
+  struct pending* pend = realloc(c->pend, (size_t)cap * sizeof(*pend));
+  if (pend != NULL) c->pend = pend;
+  struct pollfd* pfd = pend ? realloc(c->pfd, (size_t)(cap + 1) * sizeof(*pfd)) : NULL;
+  if (pfd == NULL)
+    return err_set_sub(c->b->comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: out of memory for %d pending connections", cap);
+  c->pfd = pfd;
+  c->cap = cap;
+  return loomSuccess;
+}
+
+/* Forgets pending i (swap with the last); closes its socket if close_fd. */
+static void pending_remove(struct accept_ctx* c, int i, int close_fd) {
+  if (close_fd) sock_close(c->pend[i].fd);
+  c->pend[i] = c->pend[--c->npend];
+}
+
+static void pending_drop(struct accept_ctx* c, int i, const char* why) {
+  char text[SOCK_ADDR_STRLEN];
+  LOOM_WARN(SUB_BOOTSTRAP, "bootstrap: refused connection from %s: %s",
+            sock_addr_str(&c->pend[i].addr, text, sizeof(text)), why);
+  pending_remove(c, i, 1);
+}
+
+/* A rank that knows the secret but cannot join is told why before the close,
+ * so that its boot_init fails with the reason instead of a bare EOF. */
+static void pending_refuse(struct accept_ctx* c, int i, int rank, const char* why) {
+  char text[SOCK_ADDR_STRLEN];
+  struct {
+    struct boot_hdr h;
+    char why[BOOT_REFUSED_MAX];
+  } msg;
+  size_t len = strlen(why) + 1;
+  len = LOOM_MIN(len, sizeof(msg.why));
+  LOOM_WARN(SUB_BOOTSTRAP, "bootstrap: refused rank %d from %s: %s", rank,
+            sock_addr_str(&c->pend[i].addr, text, sizeof(text)), why);
+  boot_hdr_fill(&msg.h, 0, BOOT_REFUSED, 0, (uint32_t)len);
+  snprintf(msg.why, sizeof(msg.why), "%s", why);
+  sock_send_nowait(c->pend[i].fd, &msg, sizeof(msg.h) + len); /* fresh socket: it fits */
+  pending_remove(c, i, 1);
+}
+
+static void pending_promote(struct accept_ctx* c, int i, const struct boot_hello* hello) {
+  struct boot_link* l = &c->b->links[hello->rank];
+  char text[SOCK_ADDR_STRLEN];
+  l->fd = c->pend[i].fd;
+  l->addr = c->pend[i].addr;
+  c->peers[hello->rank] = hello->info;
+  c->peers[hello->rank].rank = hello->rank;
+  c->peers[hello->rank].hostname[sizeof(hello->info.hostname) - 1] = '\0';
+  c->joined++;
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d joined from %s (%d of %d)", hello->rank,
+            sock_addr_str(&l->addr, text, sizeof(text)), c->joined + 1, c->b->comm->nranks);
+  pending_remove(c, i, 0);
+}
+
+/* The whole hello is in: decide. */
+static void pending_hello(struct accept_ctx* c, int i) {
+  struct boot_hdr h;
+  struct boot_hello hello;
+  char why[160];
+  memcpy(&h, c->pend[i].buf, sizeof(h));
+  memset(&hello, 0, sizeof(hello));
+  memcpy(&hello, c->pend[i].buf + sizeof(h), h.length); /* bounded by the header check */
+  loomResult_t res = boot_hello_check(&hello, h.length, c->b->secret, c->b->comm->nranks, why,
+                                      sizeof(why));
+  if (res == loomRemoteError) return pending_drop(c, i, why);
+  if (res != loomSuccess) return pending_refuse(c, i, hello.rank, why);
+  if (c->b->links[hello.rank].fd >= 0) {
+    char text[SOCK_ADDR_STRLEN];
+    snprintf(why, sizeof(why), "rank %d already joined from %s", hello.rank,
+             sock_addr_str(&c->b->links[hello.rank].addr, text, sizeof(text)));
+    return pending_refuse(c, i, hello.rank, why);
+  }
+  pending_promote(c, i, &hello);
+}
+
+/* Checks a complete header from pending i; drops the connection if bad. */
+static int pending_hdr_ok(struct accept_ctx* c, int i) {
+  struct boot_hdr h;
+  char why[160];
+  memcpy(&h, c->pend[i].buf, sizeof(h));
+  if (boot_hdr_check(&h, sizeof(struct boot_hello), why, sizeof(why)) != loomSuccess) {
+    pending_drop(c, i, why);
+    return 0;
+  }
+  if (h.type != BOOT_HELLO) {
+    snprintf(why, sizeof(why), "expected a hello, got a %s message", boot_type_name(h.type));
+    pending_drop(c, i, why);
+    return 0;
+  }
+  return 1;
+}
+
+/* Reads what pending i has sent; never blocks. The header is checked as
+ * soon as it is complete, before its length decides how much more to read. */
+static void pending_step(struct accept_ctx* c, int i) {
+  struct pending* p = &c->pend[i];
+  const size_t hdr_len = sizeof(struct boot_hdr);
+  for (;;) {
+    size_t want = hdr_len;
+    if (p->got >= hdr_len) {
+      uint32_t len;
+      memcpy(&len, p->buf + offsetof(struct boot_hdr, length), sizeof(len));
+      want += len;
+    }
+    if (p->got == want) return pending_hello(c, i);
+    ssize_t n = recv(p->fd, p->buf + p->got, want - p->got, MSG_DONTWAIT);
+    if (n == 0) {
+      char why[96];
+      snprintf(why, sizeof(why), "closed after %zu bytes, before a complete hello", p->got);
+      return pending_drop(c, i, why);
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0) return pending_drop(c, i, strerror(errno));
+    p->got += (size_t)n;
+    if (p->got == hdr_len && !pending_hdr_ok(c, i)) return;
+  }
+}
+
+/* Accepts every connection waiting in the backlog. */
+static loomResult_t accept_new(struct accept_ctx* c) {
+  for (;;) {
+    union sock_addr addr;
+    socklen_t len = sizeof(addr);
+    int fd = accept4(c->b->listen_fd, &addr.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return loomSuccess;
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      return err_set_sub(c->b->comm, SUB_BOOTSTRAP, loomSystemError,
+                         "bootstrap: accept on the rendezvous socket failed: %s", strerror(errno));
+    }
+    if (c->npend == c->cap && pending_grow(c) != loomSuccess) {
+      sock_close(fd);
+      return loomSystemError;
+    }
+    struct pending* p = &c->pend[c->npend++];
+    p->fd = fd;
+    p->addr = addr;
+    p->got = 0;
+  }
+}
+
+static loomResult_t accept_timeout(struct accept_ctx* c, char* why, size_t why_len) {
+  struct loomComm* comm = c->b->comm;
+  char missing[96] = "";
+  size_t used = 0;
+  for (int r = 1; r < comm->nranks && used < sizeof(missing) - 16; r++) {
+    if (c->b->links[r].fd >= 0) continue;
+    used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d", used ? "," : "", r);
+  }
+  if (used >= sizeof(missing) - 16) snprintf(missing + used, sizeof(missing) - used, ",...");
+  snprintf(why, why_len,
+           "timed out after %lld ms waiting for ranks to join: %d of %d arrived, missing ranks %s",
+           comm->timeout_ms, c->joined + 1, comm->nranks, missing);
+  return err_set_sub(comm, SUB_BOOTSTRAP, loomTimeout, "bootstrap: %s", why);
+}
+
+/* Waits until every rank has said hello. On failure why says what went
+ * wrong, for the ranks already in. */
+static loomResult_t accept_loop(struct accept_ctx* c, const struct deadline* dl, char* why,
+                                size_t why_len) {
+  struct loomComm* comm = c->b->comm;
+  while (c->joined < comm->nranks - 1) {
+    if (atomic_load(&comm->aborted)) {
+      snprintf(why, why_len, "rank 0 was aborted during the rendezvous");
+      return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage, "bootstrap: %s", why);
+    }
+    if (deadline_passed(dl)) return accept_timeout(c, why, why_len);
+    c->pfd[0] = (struct pollfd){.fd = c->b->listen_fd, .events = POLLIN};
+    int npolled = c->npend;
+    for (int i = 0; i < npolled; i++) c->pfd[i + 1] = (struct pollfd){c->pend[i].fd, POLLIN, 0};
+    int rc = poll(c->pfd, (nfds_t)npolled + 1, (int)LOOM_MIN(deadline_left_ms(dl), ACCEPT_SLICE_MS));
+    if (rc < 0 && errno != EINTR) {
+      snprintf(why, why_len, "rank 0 failed in poll: %s", strerror(errno));
+      return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: %s", why);
+    }
+    if (rc <= 0) continue;
+    /* Backwards, so that pending_remove's swap never skips a polled entry. */
+    for (int i = npolled - 1; i >= 0; i--)
+      if (c->pfd[i + 1].revents) pending_step(c, i);
+    if (c->pfd[0].revents && accept_new(c) != loomSuccess) {
+      snprintf(why, why_len, "rank 0 could not accept connections");
+      return loomSystemError;
+    }
+  }
+  return loomSuccess;
+}
+
+/* Tells the ranks already in that the rendezvous failed, so they fail with
+ * the reason instead of waiting for their own deadline. Best effort. */
+static void accept_fail_notify(struct accept_ctx* c, loomResult_t code, const char* why) {
+  struct {
+    struct boot_hdr h;
+    struct boot_failed f;
+  } msg;
+  memset(&msg, 0, sizeof(msg));
+  boot_hdr_fill(&msg.h, 0, BOOT_FAILED, 0, sizeof(msg.f));
+  msg.f.rank = -1;
+  msg.f.code = code;
+  snprintf(msg.f.why, sizeof(msg.f.why), "%s", why);
+  for (int r = 1; r < c->b->nlinks; r++)
+    if (c->b->links[r].fd >= 0) sock_send_nowait(c->b->links[r].fd, &msg, sizeof(msg));
+}
+
+/* Sends comm_hash and the table to every rank. A rank that cannot be
+ * reached is reported as failed, like any rank that dies later. */
+static loomResult_t table_send(struct bootstrap* b, const struct peer_info* peers,
+                               uint64_t comm_hash, const struct deadline* dl) {
+  struct loomComm* comm = b->comm;
+  size_t len = sizeof(comm_hash) + (size_t)comm->nranks * sizeof(*peers);
+  uint8_t* buf = malloc(len);
+  if (buf == NULL)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: out of memory for a peer table of %zu bytes", len);
+  memcpy(buf, &comm_hash, sizeof(comm_hash));
+  memcpy(buf + sizeof(comm_hash), peers, len - sizeof(comm_hash));
+  int* errs = calloc((size_t)comm->nranks, sizeof(int));
+  for (int r = 1; r < comm->nranks && errs != NULL; r++)
+    errs[r] = boot_link_send(&b->links[r], 0, BOOT_TABLE, 0, buf, (uint32_t)len, dl,
+                             &comm->aborted);
+  free(buf);
+  if (errs == NULL)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: out of memory");
+  for (int r = 1; r < comm->nranks; r++) {
+    if (errs[r] == 0) continue;
+    char why[200];
+    snprintf(why, sizeof(why), "peer %d could not be sent the peer table (%s): it died or aborted",
+             r, sock_err_str(errs[r]));
+    boot_peer_failed(b, r, loomRemoteError, why);
+  }
+  free(errs);
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: peer table of %d ranks sent", comm->nranks);
+  return loomSuccess;
+}
+
+static loomResult_t root_listen(struct bootstrap* b) {
+  b->listen_fd = boot_registry_take(b->secret);
+  if (b->listen_fd >= 0) return loomSuccess;
+  /* The id was made by boot_id_from_addr without listen, or elsewhere. */
+  union sock_addr addr = b->root_addr;
+  LOOM_CHECK(sock_listen(b->comm, &addr, &b->listen_fd));
+  char text[SOCK_ADDR_STRLEN];
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: listening on %s", sock_addr_str(&addr, text, sizeof(text)));
+  return loomSuccess;
+}
+
+static loomResult_t root_rendezvous(struct bootstrap* b, const struct peer_info* self,
+                                    struct peer_info* peers, uint64_t* hash_out,
+                                    const struct deadline* dl) {
+  struct accept_ctx c = {.b = b, .peers = peers};
+  char why[200] = "";
+  peers[0] = *self;
+  peers[0].rank = 0;
+  LOOM_CHECK(root_listen(b));
+  loomResult_t res = pending_grow(&c);
+  if (res == loomSuccess) res = accept_loop(&c, dl, why, sizeof(why));
+  if (res != loomSuccess) accept_fail_notify(&c, res, why);
+  if (res == loomSuccess) res = random_bytes(hash_out, sizeof(*hash_out));
+  if (res == loomSuccess) res = table_send(b, peers, *hash_out, dl);
+  /* Strangers still pending and the listener go now: nobody else may join. */
+  for (int i = 0; i < c.npend; i++) sock_close(c.pend[i].fd);
+  free(c.pend);
+  free(c.pfd);
+  sock_close(b->listen_fd);
+  b->listen_fd = -1;
+  if (res == loomSuccess) fault_point("init", 0);
+  return res;
+}
+
+/* ---- Other ranks ------------------------------------------------------------ */
+
+static loomResult_t join_recv(struct bootstrap* b, void* buf, size_t len, const char* what,
+                              const struct deadline* dl) {
+  int err = sock_recv_all(b->links[0].fd, buf, len, dl, &b->comm->aborted);
+  if (err == 0) return loomSuccess;
+  char text[SOCK_ADDR_STRLEN], msg[160];
+  snprintf(msg, sizeof(msg), "waiting for %s from rank 0 at %s", what,
+           sock_addr_str(&b->root_addr, text, sizeof(text)));
+  return boot_wire_error(b->comm, err, msg);
+}
+
+/* Rank 0 gave up (timeout, abort) and said why. */
+static loomResult_t join_failed(struct bootstrap* b, const struct deadline* dl) {
+  struct boot_failed f;
+  LOOM_CHECK(join_recv(b, &f, sizeof(f), "the failure report", dl));
+  f.why[sizeof(f.why) - 1] = '\0';
+  loomResult_t code = (loomResult_t)f.code;
+  if (code <= loomSuccess || code >= loomNumResults || code == loomInProgress)
+    code = loomRemoteError;
+  return err_set_sub(b->comm, SUB_BOOTSTRAP, code, "bootstrap: rank 0 gave up on the rendezvous: %s",
+                     f.why);
+}
+
+static loomResult_t join_refused(struct bootstrap* b, uint32_t len, const struct deadline* dl) {
+  char why[BOOT_REFUSED_MAX + 1];
+  LOOM_CHECK(join_recv(b, why, len, "the refusal", dl));
+  why[len] = '\0';
+  return err_set_sub(b->comm, SUB_BOOTSTRAP, loomInvalidUsage,
+                     "bootstrap: rank 0 refused rank %d: %s", b->comm->rank, why);
+}
+
+static loomResult_t join_wait_table(struct bootstrap* b, struct peer_info* peers,
+                                    uint64_t* hash_out, const struct deadline* dl) {
+  struct loomComm* comm = b->comm;
+  struct boot_hdr h;
+  char why[160];
+  size_t table_len = sizeof(*hash_out) + (size_t)comm->nranks * sizeof(*peers);
+  uint32_t bound = (uint32_t)LOOM_MIN(LOOM_MAX(table_len, BOOT_REFUSED_MAX), BOOT_MAX_PAYLOAD);
+  LOOM_CHECK(join_recv(b, &h, sizeof(h), "the peer table", dl));
+  if (boot_hdr_check(&h, bound, why, sizeof(why)) != loomSuccess)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomRemoteError,
+                       "bootstrap: bad reply from rank 0 during the rendezvous: %s", why);
+  if (h.type == BOOT_FAILED && h.length == sizeof(struct boot_failed)) return join_failed(b, dl);
+  if (h.type == BOOT_REFUSED && h.length <= BOOT_REFUSED_MAX) return join_refused(b, h.length, dl);
+  if (h.type != BOOT_TABLE || h.length != table_len)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomRemoteError,
+                       "bootstrap: rank 0 sent a %s message of %u bytes; expected a peer table "
+                       "of %zu bytes",
+                       boot_type_name(h.type), h.length, table_len);
+  LOOM_CHECK(join_recv(b, hash_out, sizeof(*hash_out), "the peer table", dl));
+  LOOM_CHECK(join_recv(b, peers, table_len - sizeof(*hash_out), "the peer table", dl));
+  return loomSuccess;
+}
+
+static loomResult_t join_rendezvous(struct bootstrap* b, const struct peer_info* self,
+                                    struct peer_info* peers, uint64_t* hash_out,
+                                    const struct deadline* dl) {
+  struct loomComm* comm = b->comm;
+  struct boot_link* l = &b->links[0];
+  char text[SOCK_ADDR_STRLEN], what[128];
+  sock_addr_str(&b->root_addr, text, sizeof(text));
+  l->peer = 0;
+  l->addr = b->root_addr;
+  LOOM_CHECK(sock_connect(comm, &b->root_addr, "rank 0", dl, &comm->aborted, &l->fd));
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d connected to rank 0 at %s", comm->rank, text);
+  struct boot_hello hello = {.secret = b->secret, .nranks = comm->nranks, .rank = comm->rank};
+  hello.info = *self;
+  hello.info.rank = comm->rank;
+  int err = boot_link_send(l, comm->rank, BOOT_HELLO, 0, &hello, sizeof(hello), dl, &comm->aborted);
+  if (err != 0) {
+    snprintf(what, sizeof(what), "sending the hello to rank 0 at %s", text);
+    return boot_wire_error(comm, err, what);
+  }
+  fault_point("init", comm->rank);
+  return join_wait_table(b, peers, hash_out, dl);
+}
+
+/* ---- Entry ------------------------------------------------------------------ */
+
+static loomResult_t id_check(struct loomComm* comm, const struct boot_id* id) {
+  if (id->magic != BOOT_ID_MAGIC || id->version != BOOT_WIRE_VERSION ||
+      (id->family != AF_INET && id->family != AF_INET6))
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
+                       "bootstrap: the unique id is not valid (magic 0x%08x, version %u, family "
+                       "%u): was it made by loomGetUniqueId?",
+                       id->magic, id->version, id->family);
+  if (comm->nranks < 1 || comm->rank < 0 || comm->rank >= comm->nranks)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
+                       "bootstrap: rank %d out of range for %d ranks", comm->rank, comm->nranks);
+  return loomSuccess;
+}
+
+loomResult_t boot_init(struct loomComm* comm, const struct boot_id* id,
+                       const struct peer_info* self) {
+  struct bootstrap* b = NULL;
+  uint64_t hash = 0;
+  loomResult_t res;
+  LOOM_CHECK(id_check(comm, id));
+  struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  struct peer_info* peers = calloc((size_t)comm->nranks, sizeof(*peers));
+  if (peers == NULL)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: out of memory for %d peer rows", comm->nranks);
+  LOOM_CHECK_GOTO(boot_state_alloc(comm, comm->rank == 0 ? comm->nranks : 1, &b), res, fail);
+  b->secret = id->secret;
+  boot_id_addr(id, &b->root_addr);
+  if (comm->rank == 0)
+    LOOM_CHECK_GOTO(root_rendezvous(b, self, peers, &hash, &dl), res, fail);
+  else
+    LOOM_CHECK_GOTO(join_rendezvous(b, self, peers, &hash, &dl), res, fail);
+  LOOM_CHECK_GOTO(boot_watcher_start(b), res, fail);
+  comm->peers = peers;
+  comm->comm_hash = hash;
+  comm->boot = b;
+  return loomSuccess;
+fail:
+  if (b != NULL) boot_state_free(b, 0);
+  free(peers);
+  return res;
+}

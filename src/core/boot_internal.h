@@ -1,0 +1,99 @@
+/* boot_internal.h - state shared by the bootstrap's files: bootstrap.c (wire
+ * checks, ids, the listener registry), boot_init.c (the rendezvous) and
+ * boot_watch.c (watcher, mailbox, all-gather, teardown). Not for other
+ * layers: they use bootstrap.h.
+ *
+ * Threads: the thread that calls boot_* (the user's or the init thread) and
+ * one watcher per communicator. The watcher owns every read of the bootstrap
+ * sockets; writes from either thread go under the link's send_lock. */
+#ifndef LOOM_CORE_BOOT_INTERNAL_H
+#define LOOM_CORE_BOOT_INTERNAL_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "sock.h"
+
+/* The longest text a BOOT_REFUSED may carry. */
+#define BOOT_REFUSED_MAX 256
+/* How long rank 0's watcher tries to tell a live rank about a failure. */
+#define BOOT_NOTIFY_MS 1000
+
+/* One bootstrap socket: a rank's socket to rank 0, or rank 0's to a peer. */
+struct boot_link {
+  int fd; /* -1 when there is none */
+  int peer;
+  union sock_addr addr; /* the far end, for messages */
+  pthread_mutex_t send_lock;
+  _Atomic int dead; /* its failure was reported; send nothing more */
+  /* Owned by the watcher. */
+  int bye;  /* the peer said goodbye: its close is not a failure */
+  int done; /* no longer polled (closed, failed or said goodbye) */
+  struct boot_hdr hdr;
+  size_t got;            /* bytes of header + payload read so far */
+  struct boot_mail* msg; /* the payload being read, once the header passed */
+};
+
+/* A message's payload; BOOT_DATA ones wait in the mailbox for
+ * boot_allgather, keyed by tag and sender. */
+struct boot_mail {
+  struct boot_mail* next;
+  uint32_t tag;
+  int from;
+  size_t len;
+  uint8_t data[];
+};
+
+struct bootstrap {
+  struct loomComm* comm;
+  uint64_t secret;
+  union sock_addr root_addr;
+  int listen_fd; /* rank 0 until the table is out; else -1 */
+  /* Rank 0: nranks links indexed by peer (links[0] unused). Others: one. */
+  int nlinks;
+  struct boot_link* links;
+
+  int stop_fd; /* eventfd that tells the watcher to stop */
+  _Atomic int stopping;
+  pthread_t watcher;
+  int watcher_live;
+  struct pollfd* watch_pfd; /* the watcher's, nlinks + 1 */
+  int* watch_link;          /* link index of each watch_pfd entry */
+
+  pthread_mutex_t mail_lock;
+  pthread_cond_t mail_cond; /* CLOCK_MONOTONIC */
+  struct boot_mail* mail;
+  uint32_t next_tag; /* advanced identically on every rank */
+};
+
+/* bootstrap.c */
+/* Sends one message (header + payload) under the link's send_lock. Returns 0
+ * or a sock_* error value. */
+int boot_link_send(struct boot_link* l, int from, uint16_t type, uint32_t tag, const void* payload,
+                   uint32_t len, const struct deadline* dl, const _Atomic int* abort_flag);
+/* Logs a failed sock_* transfer (what: "sending the hello to rank 0 at
+ * ...") and returns its code: loomTimeout, loomInvalidUsage (aborted) or
+ * loomRemoteError. */
+loomResult_t boot_wire_error(struct loomComm* comm, int err, const char* what);
+/* Fills a header. */
+void boot_hdr_fill(struct boot_hdr* h, int from, uint16_t type, uint32_t tag, uint32_t len);
+const char* boot_type_name(unsigned type);
+/* The id's address as a socket address. */
+void boot_id_addr(const struct boot_id* id, union sock_addr* addr_out);
+/* Takes the listening socket that boot_id_create left for secret, or -1. */
+int boot_registry_take(uint64_t secret);
+
+/* boot_watch.c */
+/* Allocates the state both roles share; links get fd -1. */
+loomResult_t boot_state_alloc(struct loomComm* comm, int nlinks, struct bootstrap** out);
+/* Frees everything; stops the watcher first when it runs. */
+void boot_state_free(struct bootstrap* b, int clean);
+loomResult_t boot_watcher_start(struct bootstrap* b);
+/* Records that peer failed (once per link), wakes waiters and, on rank 0,
+ * tells every other live rank. why is the complete text. */
+void boot_peer_failed(struct bootstrap* b, int peer, loomResult_t code, const char* why);
+
+#endif

@@ -1,0 +1,327 @@
+/* boot_watch.c - the bootstrap's life after the rendezvous: the watcher
+ * thread that owns every read of the bootstrap sockets, failure detection
+ * and its propagation through rank 0, and teardown.
+ *
+ * A peer's socket closing without a BOOT_BYE first means the peer died or
+ * aborted. The watcher notices within milliseconds, whatever the ranks are
+ * doing, records it with comm_set_failed, and on rank 0 tells every other
+ * rank with BOOT_FAILED, so that a rank waiting on shared memory for the
+ * dead one learns about it too. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "boot_internal.h"
+#include "checks.h"
+
+/* ---- State -------------------------------------------------------------------- */
+
+loomResult_t boot_state_alloc(struct loomComm* comm, int nlinks, struct bootstrap** out) {
+  struct bootstrap* b = calloc(1, sizeof(*b));
+  struct boot_link* links = calloc((size_t)nlinks, sizeof(*links));
+  if (b == NULL || links == NULL) {
+    free(b);
+    free(links);
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: out of memory for %d links", nlinks);
+  }
+  b->comm = comm;
+  b->nlinks = nlinks;
+  b->links = links;
+  b->listen_fd = -1;
+  b->stop_fd = -1;
+  for (int i = 0; i < nlinks; i++) {
+    links[i].fd = -1;
+    links[i].peer = (nlinks == 1) ? 0 : i; /* one link: it goes to rank 0 */
+    pthread_mutex_init(&links[i].send_lock, NULL);
+  }
+  /* Waits compute absolute times on the monotonic clock, immune to date
+   * changes. */
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&b->mail_cond, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_mutex_init(&b->mail_lock, NULL);
+  *out = b;
+  return loomSuccess;
+}
+
+/* Best effort and never waits: a peer that does not read must not hold us. */
+static void say_bye(struct bootstrap* b) {
+  struct boot_hdr h;
+  boot_hdr_fill(&h, b->comm->rank, BOOT_BYE, 0, 0);
+  for (int i = 0; i < b->nlinks; i++) {
+    struct boot_link* l = &b->links[i];
+    if (l->fd < 0 || atomic_load(&l->dead)) continue;
+    pthread_mutex_lock(&l->send_lock);
+    if (!sock_send_nowait(l->fd, &h, sizeof(h)))
+      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not say goodbye to peer %d", l->peer);
+    pthread_mutex_unlock(&l->send_lock);
+  }
+}
+
+/* Reads what is left without waiting, so that close() sends a FIN after our
+ * goodbye rather than a reset that could overtake it. */
+static void drain(int fd) {
+  char junk[4096];
+  for (int i = 0; i < 64 && recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++) {
+  }
+}
+
+static void watcher_stop(struct bootstrap* b) {
+  if (!b->watcher_live) return;
+  uint64_t one = 1;
+  ssize_t n;
+  do {
+    n = write(b->stop_fd, &one, sizeof(one));
+  } while (n < 0 && errno == EINTR);
+  pthread_join(b->watcher, NULL);
+  b->watcher_live = 0;
+}
+
+void boot_state_free(struct bootstrap* b, int clean) {
+  atomic_store(&b->stopping, 1); /* closes from here on are ours, not failures */
+  if (clean) say_bye(b);
+  /* Shut down first so that peers learn at once, even before the join. */
+  for (int i = 0; i < b->nlinks; i++)
+    if (b->links[i].fd >= 0) shutdown(b->links[i].fd, clean ? SHUT_WR : SHUT_RDWR);
+  watcher_stop(b);
+  for (int i = 0; i < b->nlinks; i++) {
+    struct boot_link* l = &b->links[i];
+    if (l->fd >= 0) {
+      if (clean) drain(l->fd);
+      close(l->fd);
+    }
+    free(l->msg);
+    pthread_mutex_destroy(&l->send_lock);
+  }
+  if (b->listen_fd >= 0) close(b->listen_fd);
+  if (b->stop_fd >= 0) close(b->stop_fd);
+  while (b->mail != NULL) {
+    struct boot_mail* m = b->mail;
+    b->mail = m->next;
+    free(m);
+  }
+  pthread_cond_destroy(&b->mail_cond);
+  pthread_mutex_destroy(&b->mail_lock);
+  free(b->watch_pfd);
+  free(b->watch_link);
+  free(b->links);
+  free(b);
+}
+
+void boot_fini(struct loomComm* comm, int clean) {
+  if (comm == NULL || comm->boot == NULL) return;
+  boot_state_free(comm->boot, clean);
+  comm->boot = NULL;
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d closed (%s)", comm->rank,
+            clean ? "goodbye sent" : "abort");
+}
+
+/* ---- Failures ----------------------------------------------------------------- */
+
+static void mail_wake(struct bootstrap* b) {
+  pthread_mutex_lock(&b->mail_lock);
+  pthread_cond_broadcast(&b->mail_cond);
+  pthread_mutex_unlock(&b->mail_lock);
+}
+
+static struct boot_link* link_of(struct bootstrap* b, int peer) {
+  if (b->comm->rank != 0) return peer == 0 ? &b->links[0] : NULL;
+  return (peer > 0 && peer < b->nlinks) ? &b->links[peer] : NULL;
+}
+
+/* Rank 0 only: tells the other live ranks. Bounded, and cut short when the
+ * bootstrap stops, so the watcher never hangs on a peer that does not read. */
+static void failure_broadcast(struct bootstrap* b, int peer, loomResult_t code, const char* why) {
+  struct boot_failed f;
+  memset(&f, 0, sizeof(f));
+  f.rank = peer;
+  f.code = code;
+  snprintf(f.why, sizeof(f.why), "%s", why);
+  struct deadline dl = deadline_in_ms(BOOT_NOTIFY_MS);
+  for (int r = 1; r < b->nlinks; r++) {
+    struct boot_link* l = &b->links[r];
+    if (r == peer || l->fd < 0 || atomic_load(&l->dead)) continue;
+    int err = boot_link_send(l, 0, BOOT_FAILED, 0, &f, sizeof(f), &dl, &b->stopping);
+    if (err != 0)
+      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d failed: %s", r,
+                peer, sock_err_str(err));
+  }
+}
+
+void boot_peer_failed(struct bootstrap* b, int peer, loomResult_t code, const char* why) {
+  struct boot_link* l = link_of(b, peer);
+  if (l != NULL && atomic_exchange(&l->dead, 1)) return; /* reported already */
+  comm_set_failed(b->comm, peer, code, "%s", why);
+  mail_wake(b);
+  if (b->comm->rank == 0) failure_broadcast(b, peer, code, why);
+}
+
+/* ---- The watcher -------------------------------------------------------------- */
+
+static void link_closed(struct bootstrap* b, struct boot_link* l, int err) {
+  l->done = 1;
+  if (l->bye) {
+    LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: peer %d said goodbye and closed", l->peer);
+    return;
+  }
+  if (atomic_load(&b->stopping)) return;
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: connection to peer %d ended: %s", l->peer,
+            sock_err_str(err));
+  char why[200];
+  snprintf(why, sizeof(why),
+           "peer %d closed its bootstrap connection without saying goodbye (process died or "
+           "aborted)",
+           l->peer);
+  boot_peer_failed(b, l->peer, loomRemoteError, why);
+}
+
+static void link_malformed(struct bootstrap* b, struct boot_link* l, const char* what) {
+  l->done = 1;
+  if (atomic_load(&b->stopping)) return;
+  char why[200];
+  snprintf(why, sizeof(why), "peer %d sent a malformed bootstrap message (%s)", l->peer, what);
+  boot_peer_failed(b, l->peer, loomRemoteError, why);
+}
+
+/* Rank 0 says another rank failed. */
+static void failed_report(struct bootstrap* b, const struct boot_mail* m) {
+  struct boot_failed f;
+  memcpy(&f, m->data, sizeof(f));
+  f.why[sizeof(f.why) - 1] = '\0';
+  int peer = (f.rank >= 0 && f.rank < b->comm->nranks) ? f.rank : -1;
+  comm_set_failed(b->comm, peer, loomRemoteError, "peer %d failed (reported by rank 0): %s", peer,
+                  f.why);
+  mail_wake(b);
+}
+
+/* Checks a complete header; allocates room for the payload. */
+static int link_hdr_ok(struct bootstrap* b, struct boot_link* l) {
+  const struct boot_hdr* h = &l->hdr;
+  char why[120];
+  int ok = boot_hdr_check(h, BOOT_MAX_PAYLOAD, why, sizeof(why)) == loomSuccess;
+  if (ok && h->from != l->peer) {
+    snprintf(why, sizeof(why), "a %s message that claims to come from rank %d",
+             boot_type_name(h->type), h->from);
+    ok = 0;
+  }
+  int fits = (h->type == BOOT_DATA) || (h->type == BOOT_BYE && h->length == 0) ||
+             (h->type == BOOT_FAILED && l->peer == 0 && h->length == sizeof(struct boot_failed));
+  if (ok && !fits) {
+    snprintf(why, sizeof(why), "unexpected %s message of %u bytes", boot_type_name(h->type),
+             h->length);
+    ok = 0;
+  }
+  if (!ok) {
+    link_malformed(b, l, why);
+    return 0;
+  }
+  l->msg = malloc(sizeof(*l->msg) + h->length);
+  if (l->msg == NULL) {
+    snprintf(why, sizeof(why), "no memory for its %u-byte message", h->length);
+    link_malformed(b, l, why);
+    return 0;
+  }
+  l->msg->next = NULL;
+  l->msg->tag = h->tag;
+  l->msg->from = l->peer;
+  l->msg->len = h->length;
+  return 1;
+}
+
+static void link_dispatch(struct bootstrap* b, struct boot_link* l) {
+  struct boot_mail* m = l->msg;
+  l->msg = NULL;
+  l->got = 0;
+  if (l->hdr.type == BOOT_DATA) {
+    pthread_mutex_lock(&b->mail_lock);
+    struct boot_mail** tail = &b->mail;
+    while (*tail != NULL) tail = &(*tail)->next;
+    *tail = m;
+    pthread_cond_broadcast(&b->mail_cond);
+    pthread_mutex_unlock(&b->mail_lock);
+    return;
+  }
+  if (l->hdr.type == BOOT_BYE) {
+    l->bye = 1;
+    LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: peer %d said goodbye", l->peer);
+  } else {
+    failed_report(b, m);
+  }
+  free(m);
+}
+
+/* Reads what link l has, without waiting; dispatches complete messages. */
+static void link_read(struct bootstrap* b, struct boot_link* l) {
+  const size_t hdr_len = sizeof(l->hdr);
+  while (!l->done) {
+    uint8_t* dst;
+    size_t want;
+    if (l->got < hdr_len) {
+      dst = (uint8_t*)&l->hdr + l->got;
+      want = hdr_len - l->got;
+    } else {
+      dst = l->msg->data + (l->got - hdr_len);
+      want = hdr_len + l->hdr.length - l->got;
+    }
+    ssize_t n = recv(l->fd, dst, want, MSG_DONTWAIT);
+    if (n == 0) return link_closed(b, l, SOCK_EOF);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0) return link_closed(b, l, errno);
+    l->got += (size_t)n;
+    if (l->got == hdr_len && !link_hdr_ok(b, l)) return;
+    if (l->got == hdr_len + l->hdr.length) link_dispatch(b, l);
+  }
+}
+
+static void* watcher_main(void* arg) {
+  struct bootstrap* b = arg;
+  for (;;) {
+    int n = 0;
+    b->watch_pfd[n++] = (struct pollfd){.fd = b->stop_fd, .events = POLLIN};
+    for (int i = 0; i < b->nlinks; i++) {
+      if (b->links[i].fd < 0 || b->links[i].done) continue;
+      b->watch_pfd[n] = (struct pollfd){.fd = b->links[i].fd, .events = POLLIN};
+      b->watch_link[n++] = i;
+    }
+    /* No timeout: the stop eventfd is the way out. */
+    if (poll(b->watch_pfd, (nfds_t)n, -1) < 0) {
+      if (errno == EINTR) continue;
+      comm_set_failed(b->comm, -1, loomSystemError, "bootstrap: the watcher's poll failed: %s",
+                      strerror(errno));
+      mail_wake(b);
+      return NULL;
+    }
+    if (b->watch_pfd[0].revents) return NULL;
+    for (int k = 1; k < n; k++)
+      if (b->watch_pfd[k].revents) link_read(b, &b->links[b->watch_link[k]]);
+  }
+}
+
+loomResult_t boot_watcher_start(struct bootstrap* b) {
+  struct loomComm* comm = b->comm;
+  b->watch_pfd = calloc((size_t)b->nlinks + 1, sizeof(*b->watch_pfd));
+  b->watch_link = calloc((size_t)b->nlinks + 1, sizeof(*b->watch_link));
+  if (b->watch_pfd == NULL || b->watch_link == NULL)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: out of memory for the watcher");
+  b->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (b->stop_fd < 0)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: eventfd failed: %s",
+                       strerror(errno));
+  int rc = pthread_create(&b->watcher, NULL, watcher_main, b);
+  if (rc != 0)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: cannot start the watcher thread: %s", strerror(rc));
+  b->watcher_live = 1;
+  char name[16];
+  snprintf(name, sizeof(name), "loom-boot-%d", comm->rank);
+  pthread_setname_np(b->watcher, name);
+  return loomSuccess;
+}

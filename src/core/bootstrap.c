@@ -1,0 +1,230 @@
+/* bootstrap.c - the wire format's checks, the unique id, and the registry of
+ * listening sockets that ids created in this process keep for their rank 0.
+ * The rendezvous is in boot_init.c; the watcher, all-gather and teardown in
+ * boot_watch.c.
+ *
+ * Wire: every message is a struct boot_hdr (24 bytes, host byte order: both
+ * ends run the same build, and a foreign byte order fails the magic check)
+ * followed by hdr.length payload bytes. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "boot_internal.h"
+#include "checks.h"
+
+_Static_assert(sizeof(struct boot_id) == LOOM_UNIQUE_ID_BYTES, "boot_id must fill loomUniqueId");
+_Static_assert(sizeof(struct boot_hdr) == 24, "the wire header is 24 bytes");
+
+/* ---- Wire checks ------------------------------------------------------------ */
+
+const char* boot_type_name(unsigned type) {
+  static const char* const names[BOOT_TYPE_MAX] = {
+      [BOOT_HELLO] = "hello", [BOOT_TABLE] = "table",   [BOOT_DATA] = "data",
+      [BOOT_BYE] = "bye",     [BOOT_FAILED] = "failed", [BOOT_REFUSED] = "refused"};
+  return (type > 0 && type < BOOT_TYPE_MAX) ? names[type] : "unknown";
+}
+
+loomResult_t boot_hdr_check(const struct boot_hdr* h, uint32_t max_len, char* why_out,
+                            size_t why_len) {
+  if (h->magic != BOOT_MSG_MAGIC) {
+    snprintf(why_out, why_len, "not a loom bootstrap message (magic 0x%08x)", h->magic);
+    return loomRemoteError;
+  }
+  if (h->version != BOOT_WIRE_VERSION) {
+    snprintf(why_out, why_len, "wire version %u, this build speaks %u", h->version,
+             BOOT_WIRE_VERSION);
+    return loomRemoteError;
+  }
+  if (h->type == 0 || h->type >= BOOT_TYPE_MAX) {
+    snprintf(why_out, why_len, "unknown message type %u", h->type);
+    return loomRemoteError;
+  }
+  uint32_t bound = LOOM_MIN(max_len, BOOT_MAX_PAYLOAD);
+  if (h->length > bound) {
+    snprintf(why_out, why_len, "%s message of %u bytes, more than the %u allowed here",
+             boot_type_name(h->type), h->length, bound);
+    return loomRemoteError;
+  }
+  return loomSuccess;
+}
+
+/* A stranger (short hello, wrong secret) gets loomRemoteError: rank 0 drops
+ * it silently. A rank that knows the secret but is misconfigured gets
+ * loomInvalidUsage: rank 0 tells it why. */
+loomResult_t boot_hello_check(const struct boot_hello* h, size_t len, uint64_t secret, int nranks,
+                              char* why_out, size_t why_len) {
+  if (len < sizeof(*h)) {
+    snprintf(why_out, why_len, "short hello (%zu bytes, expected %zu)", len, sizeof(*h));
+    return loomRemoteError;
+  }
+  if (h->secret != secret) {
+    snprintf(why_out, why_len, "wrong secret");
+    return loomRemoteError;
+  }
+  if (h->nranks != nranks) {
+    snprintf(why_out, why_len, "nranks mismatch: the rank says %d, rank 0 has %d", h->nranks,
+             nranks);
+    return loomInvalidUsage;
+  }
+  if (h->rank < 1 || h->rank >= nranks) {
+    snprintf(why_out, why_len, "rank %d out of range 1..%d", h->rank, nranks - 1);
+    return loomInvalidUsage;
+  }
+  return loomSuccess;
+}
+
+void boot_hdr_fill(struct boot_hdr* h, int from, uint16_t type, uint32_t tag, uint32_t len) {
+  memset(h, 0, sizeof(*h));
+  h->magic = BOOT_MSG_MAGIC;
+  h->type = type;
+  h->version = BOOT_WIRE_VERSION;
+  h->length = len;
+  h->tag = tag;
+  h->from = from;
+}
+
+int boot_link_send(struct boot_link* l, int from, uint16_t type, uint32_t tag, const void* payload,
+                   uint32_t len, const struct deadline* dl, const _Atomic int* abort_flag) {
+  struct boot_hdr h;
+  boot_hdr_fill(&h, from, type, tag, len);
+  pthread_mutex_lock(&l->send_lock);
+  int err = sock_send_all(l->fd, &h, sizeof(h), dl, abort_flag);
+  if (err == 0 && len > 0) err = sock_send_all(l->fd, payload, len, dl, abort_flag);
+  pthread_mutex_unlock(&l->send_lock);
+  return err;
+}
+
+loomResult_t boot_wire_error(struct loomComm* comm, int err, const char* what) {
+  switch (err) {
+    case ETIMEDOUT:
+      return err_set_sub(comm, SUB_BOOTSTRAP, loomTimeout, "bootstrap: timed out %s", what);
+    case ECANCELED:
+      return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
+                         "bootstrap: communicator aborted while %s", what);
+    default:
+      return err_set_sub(comm, SUB_BOOTSTRAP, loomRemoteError, "bootstrap: %s failed: %s", what,
+                         sock_err_str(err));
+  }
+}
+
+/* ---- Ids ------------------------------------------------------------------ */
+
+void boot_id_addr(const struct boot_id* id, union sock_addr* addr_out) {
+  memset(addr_out, 0, sizeof(*addr_out));
+  if (id->family == AF_INET6) {
+    addr_out->sin6.sin6_family = AF_INET6;
+    addr_out->sin6.sin6_port = id->port;
+    memcpy(&addr_out->sin6.sin6_addr, id->addr, 16);
+  } else {
+    addr_out->sin.sin_family = AF_INET;
+    addr_out->sin.sin_port = id->port;
+    memcpy(&addr_out->sin.sin_addr, id->addr, 4);
+  }
+}
+
+static void id_fill(struct boot_id* id, const union sock_addr* addr, uint64_t secret) {
+  memset(id, 0, sizeof(*id));
+  id->magic = BOOT_ID_MAGIC;
+  id->version = BOOT_WIRE_VERSION;
+  id->family = addr->sa.sa_family;
+  if (addr->sa.sa_family == AF_INET6) {
+    id->port = addr->sin6.sin6_port;
+    memcpy(id->addr, &addr->sin6.sin6_addr, 16);
+  } else {
+    id->port = addr->sin.sin_port;
+    memcpy(id->addr, &addr->sin.sin_addr, 4);
+  }
+  id->secret = secret;
+}
+
+/* ---- Registry of listening sockets ----------------------------------------- */
+
+/* An id created here keeps its socket listening from loomGetUniqueId on, so
+ * ranks that connect before rank 0 reaches boot_init wait in the backlog. */
+struct boot_listener {
+  struct boot_listener* next;
+  uint64_t secret;
+  int fd;
+};
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct boot_listener* registry_head;
+
+static loomResult_t registry_put(uint64_t secret, int fd) {
+  struct boot_listener* e = calloc(1, sizeof(*e));
+  if (e == NULL)
+    return err_set_sub(NULL, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: out of memory for the listener registry");
+  e->secret = secret;
+  e->fd = fd;
+  pthread_mutex_lock(&registry_lock);
+  e->next = registry_head;
+  registry_head = e;
+  pthread_mutex_unlock(&registry_lock);
+  return loomSuccess;
+}
+
+int boot_registry_take(uint64_t secret) {
+  int fd = -1;
+  pthread_mutex_lock(&registry_lock);
+  for (struct boot_listener** p = &registry_head; *p != NULL; p = &(*p)->next) {
+    if ((*p)->secret != secret) continue;
+    struct boot_listener* e = *p;
+    *p = e->next;
+    fd = e->fd;
+    free(e);
+    break;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return fd;
+}
+
+static loomResult_t secret_new(uint64_t* out) {
+  uint64_t s = 0;
+  while (s == 0) LOOM_CHECK(random_bytes(&s, sizeof(s))); /* 0 reads as "unset" */
+  *out = s;
+  return loomSuccess;
+}
+
+/* Listens on addr and leaves the socket in the registry under secret. */
+static loomResult_t listen_and_register(union sock_addr* addr, uint64_t secret) {
+  int fd;
+  LOOM_CHECK(sock_listen(NULL, addr, &fd));
+  loomResult_t res = registry_put(secret, fd);
+  if (res != loomSuccess) {
+    sock_close(fd);
+    return res;
+  }
+  char text[SOCK_ADDR_STRLEN];
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: listening on %s", sock_addr_str(addr, text, sizeof(text)));
+  return loomSuccess;
+}
+
+loomResult_t boot_id_create(struct boot_id* id_out) {
+  union sock_addr addr;
+  char ifname[64];
+  uint64_t secret;
+  LOOM_CHECK(sock_if_pick(&addr, ifname, sizeof(ifname)));
+  LOOM_CHECK(secret_new(&secret));
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: unique id on interface %s", ifname);
+  LOOM_CHECK(listen_and_register(&addr, secret));
+  id_fill(id_out, &addr, secret);
+  return loomSuccess;
+}
+
+loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen,
+                               struct boot_id* id_out) {
+  union sock_addr addr;
+  LOOM_CHECK(sock_addr_parse(hostport, &addr));
+  if (listen) {
+    /* The id keeps the named address, which is what the other ranks dial,
+     * even when the socket ended up bound to the wildcard. */
+    union sock_addr bound = addr;
+    LOOM_CHECK(listen_and_register(&bound, secret));
+  }
+  id_fill(id_out, &addr, secret);
+  return loomSuccess;
+}

@@ -1,0 +1,100 @@
+/* bootstrap.h - rendezvous over TCP and the out-of-band channel of a
+ * communicator: peer table exchange, barrier, all-gather, and failure
+ * detection (a rank whose socket closes without a goodbye has failed).
+ *
+ * Topology: a star around rank 0. Every rank keeps one socket to rank 0 for
+ * the communicator's whole life; a watcher thread per rank reads it (rank 0
+ * reads all), so a dead peer is noticed within milliseconds even while the
+ * ranks compute or wait on shared memory. Rank 0 tells every rank when any
+ * rank fails. */
+#ifndef LOOM_CORE_BOOTSTRAP_H
+#define LOOM_CORE_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "loom.h"
+#include "util.h"
+
+/* The layout of loomUniqueId's 128 bytes. */
+struct boot_id {
+  uint32_t magic;   /* BOOT_ID_MAGIC */
+  uint16_t version; /* BOOT_WIRE_VERSION */
+  uint16_t family;  /* AF_INET or AF_INET6 */
+  uint16_t port;    /* network order */
+  uint16_t pad;
+  uint8_t addr[16]; /* IPv4 in the first 4 bytes, or IPv6 */
+  uint64_t secret;  /* a connection must present it */
+  uint8_t reserved[128 - 40];
+};
+#define BOOT_ID_MAGIC 0x6c6d4944u /* "lmID" */
+#define BOOT_WIRE_VERSION 1
+
+/* ---- Wire format (exposed for the unit tests of the parser) ---- */
+#define BOOT_MSG_MAGIC 0x4c4d5747u /* "LMWG" */
+#define BOOT_MAX_PAYLOAD (64u << 20)
+enum boot_msg_type {
+  BOOT_HELLO = 1, /* rank -> root: struct boot_hello */
+  BOOT_TABLE,     /* root -> rank: comm_hash + nranks peer_info rows */
+  BOOT_DATA,      /* either way: a piece of an all-gather, tag = sequence */
+  BOOT_BYE,       /* either way: clean goodbye, closing is not a failure */
+  BOOT_FAILED,    /* root -> rank: payload struct boot_failed */
+  BOOT_REFUSED,   /* root -> rank: payload is a text saying why */
+  BOOT_TYPE_MAX
+};
+struct boot_hdr {
+  uint32_t magic;
+  uint16_t type;
+  uint16_t version;
+  uint32_t length; /* payload bytes after the header */
+  uint32_t tag;
+  int32_t from; /* sender's rank */
+  uint32_t pad;
+};
+struct boot_hello {
+  uint64_t secret;
+  int32_t nranks;
+  int32_t rank;
+  struct peer_info info;
+};
+struct boot_failed {
+  int32_t rank;
+  int32_t code; /* loomResult_t */
+  char why[200];
+};
+
+/* Checks a header read from the wire: magic, version, known type, length
+ * bounded by max_len. Returns loomSuccess or loomRemoteError with a text in
+ * why_out (size why_len) naming the problem. Pure. */
+loomResult_t boot_hdr_check(const struct boot_hdr* h, uint32_t max_len, char* why_out,
+                            size_t why_len);
+/* Checks a hello against the expected secret and nranks. Pure. */
+loomResult_t boot_hello_check(const struct boot_hello* h, size_t len, uint64_t secret, int nranks,
+                              char* why_out, size_t why_len);
+
+/* ---- Rendezvous ---- */
+
+/* Creates an id: opens a listening socket (on LOOM_SOCKET_IFNAME or the
+ * first usable interface) kept by this process for rank 0 to take. */
+loomResult_t boot_id_create(struct boot_id* id_out);
+/* Makes an id from "host:port" and a secret (loomCommInitFromEnv). With
+ * listen != 0 (rank 0) also opens the listening socket. */
+loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen,
+                               struct boot_id* id_out);
+
+/* Joins the communicator: connects to rank 0 (retrying until the deadline),
+ * proves the secret, exchanges peer_info; rank 0 accepts the others. Fills
+ * comm->peers and comm->comm_hash and starts the watcher. */
+loomResult_t boot_init(struct loomComm* comm, const struct boot_id* id,
+                       const struct peer_info* self);
+/* Every rank contributes len bytes; out receives nranks * len bytes in rank
+ * order. Collective. Honours the deadline and failures. */
+loomResult_t boot_allgather(struct loomComm* comm, const void* in, size_t len, void* out,
+                            const struct deadline* dl);
+loomResult_t boot_barrier(struct loomComm* comm, const struct deadline* dl);
+/* Says goodbye (clean == 1) or just closes (abort), stops the watcher and
+ * frees. Never blocks on peers. */
+void boot_fini(struct loomComm* comm, int clean);
+
+#endif

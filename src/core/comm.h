@@ -1,0 +1,80 @@
+/* comm.h - the communicator as the core layer sees it: identity, peers, the
+ * bootstrap, error state and the hooks the upper layers hang their state on.
+ * The core knows nothing of transports or collectives: they attach through
+ * the opaque pointers below. */
+#ifndef LOOM_CORE_COMM_H
+#define LOOM_CORE_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "loom.h"
+#include "util.h"
+
+#define LOOM_COMM_MAGIC 0x4c4f4f4d434f4d4dULL /* "LOOMCOMM" */
+#define LOOM_ERR_LEN 512
+
+/* What every rank tells the others at init. Fixed size, no pointers: it is
+ * sent on the wire as is (both ends are the same build of Loom). */
+struct peer_info {
+  int32_t rank;
+  int32_t pid;
+  int32_t cuda_dev; /* -1 for host ranks */
+  int32_t pad0;
+  uint64_t host_id;       /* host_id_get(): boot id + network namespace */
+  uint64_t process_token; /* process_token_get() */
+  char hostname[64];
+};
+
+struct bootstrap; /* src/core/bootstrap.c */
+struct tp_comm;   /* src/transport: connections of this comm */
+struct coll_comm; /* src/collectives: plans, groups, per-comm executor state */
+
+struct loomComm {
+  uint64_t magic;
+  int rank;
+  int nranks;
+  uint64_t comm_hash; /* random, chosen by rank 0; names shared segments */
+  char name[64];
+  int blocking;
+  long long timeout_ms;
+
+  struct peer_info* peers; /* nranks rows, from the bootstrap */
+  struct bootstrap* boot;
+  struct tp_comm* tp;
+  struct coll_comm* coll;
+
+  /* Error state. async_error is loomInProgress during a non-blocking init,
+   * then loomSuccess, or the error that broke the communicator. */
+  _Atomic int async_error;
+  _Atomic int aborted;     /* loomCommAbort was called on this rank */
+  _Atomic int failed_peer; /* the peer that failed, or -1 */
+  pthread_mutex_t err_lock;
+  char last_error[LOOM_ERR_LEN];
+
+  /* Called by the bootstrap's watcher when a peer fails, so that waiters in
+   * the upper layers wake up at once. Set by the transport layer. */
+  void (*wake_fn)(void* arg);
+  void* wake_arg;
+
+  /* Non-blocking init runs on this thread. */
+  pthread_t init_thread;
+  int init_thread_live;
+};
+
+/* Allocates a communicator in the initialising state. */
+loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loomComm** out);
+/* Frees what comm_alloc made (the upper layers release theirs first). */
+void comm_free(struct loomComm* comm);
+/* Checks a handle from the user: not NULL, magic intact. */
+loomResult_t comm_check(const struct loomComm* comm);
+/* Records that peer failed (or, with peer < 0, that the communicator broke)
+ * with code, once; later calls keep the first cause. Wakes waiters. */
+void comm_set_failed(struct loomComm* comm, int peer, loomResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* loomSuccess while usable; else the error that broke it, with its text
+ * copied to the caller's last error. */
+loomResult_t comm_health(struct loomComm* comm);
+
+#endif

@@ -1,0 +1,48 @@
+/* errors.c - the last-error texts, per thread and per communicator, and the
+ * one WARN line that goes with each error where it is detected. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "checks.h"
+#include "comm.h"
+
+static __thread char thread_last[LOOM_ERR_LEN];
+
+static loomResult_t err_vset(struct loomComm* comm, unsigned subsys, loomResult_t code,
+                             const char* fmt, va_list ap) {
+  char text[LOOM_ERR_LEN];
+  int off = 0;
+  if (comm && comm->magic == LOOM_COMM_MAGIC) off = snprintf(text, sizeof(text), "rank %d: ", comm->rank);
+  vsnprintf(text + off, sizeof(text) - (size_t)off, fmt, ap);
+  LOOM_WARN(subsys, "%s", text);
+  snprintf(thread_last, sizeof(thread_last), "%s", text);
+  if (comm && comm->magic == LOOM_COMM_MAGIC) {
+    pthread_mutex_lock(&comm->err_lock);
+    snprintf(comm->last_error, sizeof(comm->last_error), "%s", text);
+    pthread_mutex_unlock(&comm->err_lock);
+  }
+  return code;
+}
+
+loomResult_t err_set(struct loomComm* comm, loomResult_t code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  loomResult_t r = err_vset(comm, SUB_ALL, code, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+loomResult_t err_set_sub(struct loomComm* comm, unsigned subsys, loomResult_t code, const char* fmt,
+                         ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  loomResult_t r = err_vset(comm, subsys, code, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+const char* err_thread_last(void) { return thread_last; }
+
+void err_copy_to_thread(const char* text) { snprintf(thread_last, sizeof(thread_last), "%s", text); }

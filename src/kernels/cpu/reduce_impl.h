@@ -1,0 +1,446 @@
+/* reduce_impl.h - the host reduction kernels, written once and compiled once
+ * per ISA (reduce_scalar.c, reduce_avx2.c, reduce_avx512.c).
+ *
+ * Three parts:
+ *  1. the kernel table type and the per-ISA entry points, for dispatch.c and
+ *     the unit tests;
+ *  2. the element codecs (float16, bfloat16, float8) as static inline integer
+ *     code: the single definition of every conversion, inlined into the
+ *     kernels and wrapped by dtype.c;
+ *  3. the kernel bodies, only where CPU_KERNEL_BODIES is defined (the ISA
+ *     files), ending in CPU_KERNEL_TABLE_INIT.
+ *
+ * Bit-identical results across ISAs come from writing every kernel as an
+ * element-wise loop with no reassociation, so vectorising it cannot change a
+ * result; the few places where instruction choice could (F16C, NaN operand
+ * order) are pinned down below. Elements are read and written with memcpy so
+ * that any byte alignment is defined behaviour; GCC turns those into plain
+ * unaligned vector loads. */
+#ifndef LOOM_KERNELS_CPU_REDUCE_IMPL_H
+#define LOOM_KERNELS_CPU_REDUCE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- 1. Tables ----------------------------------------------------------- */
+
+typedef void (*cpu_binop_fn)(void* dst, const void* a, const void* b, size_t n);
+typedef void (*cpu_div_fn)(void* dst, const void* src, size_t n, int divisor);
+typedef void (*cpu_mul_fn)(void* dst, const void* src, size_t n, const void* scalar);
+
+enum { CPU_OP_SUM, CPU_OP_PROD, CPU_OP_MAX, CPU_OP_MIN, CPU_OP_COUNT };
+
+/* Every slot is filled; integer div kernels expect divisor != 0 (dispatch.c
+ * filters it out). */
+struct cpu_kernel_table {
+  cpu_binop_fn reduce[loomNumTypes][CPU_OP_COUNT];
+  cpu_div_fn div[loomNumTypes];
+  cpu_mul_fn mul_scalar[loomNumTypes];
+};
+
+extern const struct cpu_kernel_table cpu_kernels_scalar;
+extern const struct cpu_kernel_table cpu_kernels_avx2;
+extern const struct cpu_kernel_table cpu_kernels_avx512;
+
+/* cpu_div and cpu_mul_scalar for one ISA, as cpu_reduce_isa is for
+ * cpu_reduce: for the tests that compare variants. Defined in dispatch.c. */
+void cpu_div_isa(enum cpu_isa isa, loomDataType_t t, void* dst, const void* src, size_t count,
+                 int divisor);
+void cpu_mul_scalar_isa(enum cpu_isa isa, loomDataType_t t, void* dst, const void* src,
+                        size_t count, const void* scalar);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Everything below is static and must vectorise whatever the build type, and
+ * the results must never depend on contraction into FMA. */
+#pragma GCC push_options
+#pragma GCC optimize("O3", "fp-contract=off")
+
+/* ---- 2. Codecs ----------------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static inline float f32_of(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* |x| (float bits ax, finite or inf, not NaN) rounded to nearest-even in a
+ * format with mbits mantissa bits and exponent bias `bias`, whose smallest
+ * subnormal is far above every float subnormal (half, float8). Returns the
+ * magnitude code; it may exceed the largest finite code, and the caller
+ * saturates or makes infinity. Integer only, branch-free: vectorisable, and
+ * immune to the FTZ/DAZ bits of MXCSR. */
+static inline uint32_t rne_magnitude(uint32_t ax, uint32_t mbits, uint32_t bias) {
+  uint32_t e = ax >> 23;
+  /* Normal result: rebias the exponent, then round off 23 - mbits bits. */
+  uint32_t sh = 23 - mbits;
+  uint32_t rn = ax - ((127 - bias) << 23);
+  uint32_t qn = (rn + ((1u << (sh - 1)) - 1) + ((rn >> sh) & 1)) >> sh;
+  /* Subnormal result: the significand with its implicit bit, shifted so one
+   * unit is the format's smallest subnormal. Shifts past 31 give zero. */
+  uint32_t sig = (ax & 0x7fffffu) | 0x800000u;
+  uint32_t ss = 151 - bias - mbits - e;
+  ss = ss - 1 > 30 ? 31 : ss; /* defined shifts: 31 already gives 0 */
+  uint32_t qs = sig >> ss;
+  uint32_t rem = sig & ((1u << ss) - 1);
+  uint32_t tie = 1u << (ss - 1);
+  qs += (uint32_t)(rem > tie) | ((uint32_t)(rem == tie) & qs);
+  return e >= 128 - bias ? qn : qs;
+}
+
+/* NaNs follow F16C exactly (vcvtph2ps sets the quiet bit; vcvtps2ph keeps the
+ * top payload bits and sets the quiet bit), so that the scalar code and the
+ * F16C paths agree on every input. */
+static inline float half_decode(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t em = h & 0x7fffu;
+  uint32_t normal = (em << 13) + (112u << 23);
+  uint32_t sub = f32_bits((float)em * 0x1p-24f); /* exact; em < 0x400 here */
+  uint32_t special = (em << 13) | 0x7f800000u | (em > 0x7c00u ? 0x400000u : 0);
+  uint32_t r = em >= 0x7c00u ? special : em >= 0x400u ? normal : sub;
+  return f32_of(sign | r);
+}
+static inline uint16_t half_encode(float f) {
+  uint32_t x = f32_bits(f), ax = x & 0x7fffffffu;
+  uint32_t q = rne_magnitude(ax, 10, 15);
+  q = q > 0x7c00u ? 0x7c00u : q; /* overflow rounds to infinity */
+  q = ax > 0x7f800000u ? 0x7e00u | ((ax >> 13) & 0x3ffu) : q;
+  return (uint16_t)(((x >> 16) & 0x8000u) | q);
+}
+
+/* bfloat16 is the top half of a float: rounding is one add, and it keeps
+ * subnormals (unlike vcvtneps2bf16, which flushes them). */
+static inline float bf16_decode(uint16_t h) { return f32_of((uint32_t)h << 16); }
+static inline uint16_t bf16_encode(float f) {
+  uint32_t x = f32_bits(f);
+  uint32_t r = (x + 0x7fffu + ((x >> 16) & 1)) >> 16;
+  uint32_t nan = (x >> 16) | 0x40u;
+  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r);
+}
+
+/* float8 e4m3 "fn": bias 7, no infinities, 0x7f/0xff are NaN, max 448. */
+static inline float fp8e4m3_decode(uint8_t v) {
+  uint32_t sign = (uint32_t)(v & 0x80u) << 24;
+  uint32_t em = v & 0x7fu;
+  uint32_t normal = (em << 20) + (120u << 23);
+  uint32_t sub = f32_bits((float)em * 0x1p-9f); /* exact; em < 8 here */
+  uint32_t r = em >= 8 ? normal : sub;
+  r = em == 0x7fu ? 0x7fc00000u : r;
+  return f32_of(sign | r);
+}
+static inline uint8_t fp8e4m3_encode(float f) {
+  uint32_t x = f32_bits(f), ax = x & 0x7fffffffu;
+  uint32_t q = rne_magnitude(ax, 3, 7);
+  q = q > 0x7eu ? 0x7eu : q; /* saturate, infinities included */
+  q = ax > 0x7f800000u ? 0x7fu : q;
+  return (uint8_t)(((x >> 24) & 0x80u) | q);
+}
+
+/* float8 e5m2: the top byte of a float16, IEEE-like with infinities. */
+static inline float fp8e5m2_decode(uint8_t v) { return half_decode((uint16_t)(v << 8)); }
+static inline uint8_t fp8e5m2_encode(float f) {
+  uint32_t x = f32_bits(f), ax = x & 0x7fffffffu;
+  uint32_t q = rne_magnitude(ax, 2, 15);
+  q = q > 0x7cu ? 0x7cu : q; /* overflow rounds to infinity */
+  q = ax > 0x7f800000u ? 0x7eu : q;
+  return (uint8_t)(((x >> 24) & 0x80u) | q);
+}
+
+#pragma GCC pop_options
+#endif /* LOOM_KERNELS_CPU_REDUCE_IMPL_H */
+
+
+/* ---- 3. Kernel bodies (ISA files only) ----------------------------------- */
+#if defined(CPU_KERNEL_BODIES) && !defined(LOOM_KERNELS_CPU_REDUCE_BODIES)
+#define LOOM_KERNELS_CPU_REDUCE_BODIES
+
+/* The scalar file defines CPU_KERNEL_PORTABLE so that it stays the plain C
+ * reference even when the whole build uses -march=native. */
+#if !defined(CPU_KERNEL_PORTABLE) && (defined(__AVX512F__) || defined(__F16C__))
+#include <immintrin.h>
+#define CPU_HAVE_F16C 1
+#else
+#define CPU_HAVE_F16C 0
+#endif
+
+#pragma GCC push_options
+#pragma GCC optimize("O3", "fp-contract=off")
+
+/* Elements of decoded float16/bfloat16/float8 held on the stack at a time:
+ * small enough for L1, large enough to amortise the loop overhead. */
+#define CPU_BLOCK 256
+
+#define CPU_LDST(T, s)                                                                    \
+  static inline T ld_##s(const void* p, size_t i) {                                       \
+    T v;                                                                                  \
+    memcpy(&v, (const char*)p + i * sizeof v, sizeof v);                                  \
+    return v;                                                                             \
+  }                                                                                       \
+  static inline void st_##s(void* p, size_t i, T v) {                                     \
+    memcpy((char*)p + i * sizeof v, &v, sizeof v);                                        \
+  }
+CPU_LDST(uint8_t, u8)
+CPU_LDST(int8_t, i8)
+CPU_LDST(uint16_t, u16)
+CPU_LDST(uint32_t, u32)
+CPU_LDST(int32_t, i32)
+CPU_LDST(uint64_t, u64)
+CPU_LDST(int64_t, i64)
+CPU_LDST(float, f32)
+CPU_LDST(double, f64)
+
+/* ---- Element operations ---- */
+
+/* Sums and products wrap: they are done in the unsigned type, which also
+ * serves the signed one (same bits). u8 promotes to int without overflow. */
+#define CPU_WRAP_OPS(T, s)                                                                \
+  static inline T s##_sum(T a, T b) { return (T)(a + b); }                                \
+  static inline T s##_prod(T a, T b) { return (T)(a * b); }
+#define CPU_ORDER_OPS(T, s)                                                               \
+  static inline T s##_max(T a, T b) { return a > b ? a : b; }                             \
+  static inline T s##_min(T a, T b) { return a < b ? a : b; }
+CPU_WRAP_OPS(uint8_t, u8)
+CPU_WRAP_OPS(uint32_t, u32)
+CPU_WRAP_OPS(uint64_t, u64)
+CPU_ORDER_OPS(uint8_t, u8)
+CPU_ORDER_OPS(int8_t, i8)
+CPU_ORDER_OPS(uint32_t, u32)
+CPU_ORDER_OPS(int32_t, i32)
+CPU_ORDER_OPS(uint64_t, u64)
+CPU_ORDER_OPS(int64_t, i64)
+
+/* When both operands are NaN, x86 returns the first one, but the compiler may
+ * swap the operands of a commutative op differently in scalar and vector
+ * code. So a NaN `a` always wins, quieted (a + a): the result no longer
+ * depends on code generation. Written as a bit select so that it vectorises
+ * without masking. Max and min need no help: the ternary fixes the order and
+ * is exactly what MAXPS/MINPS compute. */
+static inline float f32_pick_nan(float a, float r) {
+  uint32_t m = 0u - (uint32_t)(a != a);
+  return f32_of((f32_bits(a + a) & m) | (f32_bits(r) & ~m));
+}
+static inline double f64_pick_nan(double a, double r) {
+  uint64_t m = 0u - (uint64_t)(a != a), qa, rr;
+  double q = a + a, out;
+  memcpy(&qa, &q, sizeof qa);
+  memcpy(&rr, &r, sizeof rr);
+  rr = (qa & m) | (rr & ~m);
+  memcpy(&out, &rr, sizeof out);
+  return out;
+}
+static inline float f32_sum(float a, float b) { return f32_pick_nan(a, a + b); }
+static inline float f32_prod(float a, float b) { return f32_pick_nan(a, a * b); }
+static inline double f64_sum(double a, double b) { return f64_pick_nan(a, a + b); }
+static inline double f64_prod(double a, double b) { return f64_pick_nan(a, a * b); }
+CPU_ORDER_OPS(float, f32)
+CPU_ORDER_OPS(double, f64)
+
+/* ---- Block codecs: n elements from index `first` to or from floats ---- */
+
+#define CPU_CODEC_BLOCKS(fmt, s)                                                          \
+  static inline void fmt##_decode_block(float* out, const void* in, size_t first,         \
+                                        size_t m) {                                       \
+    for (size_t j = 0; j < m; j++) out[j] = fmt##_decode(ld_##s(in, first + j));          \
+  }                                                                                       \
+  static inline void fmt##_encode_block(void* out, size_t first, const float* in,         \
+                                        size_t m) {                                       \
+    for (size_t j = 0; j < m; j++) st_##s(out, first + j, fmt##_encode(in[j]));           \
+  }
+CPU_CODEC_BLOCKS(bf16, u16)
+CPU_CODEC_BLOCKS(fp8e4m3, u8)
+CPU_CODEC_BLOCKS(fp8e5m2, u8)
+
+/* float16 uses F16C where the ISA has it; the C tail matches it bit for bit,
+ * NaNs included (see half_decode). */
+static inline void half_decode_block(float* out, const void* in, size_t first, size_t m) {
+  const char* p = (const char*)in + first * 2;
+  size_t j = 0;
+#if CPU_HAVE_F16C && defined(__AVX512F__)
+  for (; j + 16 <= m; j += 16)
+    _mm512_storeu_ps(out + j, _mm512_cvtph_ps(_mm256_loadu_si256((const void*)(p + 2 * j))));
+#elif CPU_HAVE_F16C
+  for (; j + 8 <= m; j += 8)
+    _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const void*)(p + 2 * j))));
+#endif
+  for (; j < m; j++) out[j] = half_decode(ld_u16(p, j));
+}
+static inline void half_encode_block(void* out, size_t first, const float* in, size_t m) {
+  char* p = (char*)out + first * 2;
+  size_t j = 0;
+#if CPU_HAVE_F16C && defined(__AVX512F__)
+  for (; j + 16 <= m; j += 16)
+    _mm256_storeu_si256((void*)(p + 2 * j),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(in + j),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif CPU_HAVE_F16C
+  for (; j + 8 <= m; j += 8)
+    _mm_storeu_si128((void*)(p + 2 * j),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + j), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  for (; j < m; j++) st_u16(p, j, half_encode(in[j]));
+}
+
+/* ---- Kernels ---- */
+
+#define CPU_BINOP(name, s, OP)                                                            \
+  static void name(void* dst, const void* a, const void* b, size_t n) {                   \
+    for (size_t i = 0; i < n; i++) st_##s(dst, i, OP(ld_##s(a, i), ld_##s(b, i)));        \
+  }
+#define CPU_MUL(name, s, T, OP)                                                           \
+  static void name(void* dst, const void* src, size_t n, const void* scalar) {            \
+    const T k = ld_##s(scalar, 0);                                                        \
+    for (size_t i = 0; i < n; i++) st_##s(dst, i, OP(ld_##s(src, i), k));                  \
+  }
+/* Integer division is C's; only the two quotients that overflow (MIN / -1)
+ * need the wrapping negation instead. */
+#define CPU_INT_DIV(name, s, T)                                                           \
+  static void name(void* dst, const void* src, size_t n, int d) {                         \
+    for (size_t i = 0; i < n; i++) st_##s(dst, i, (T)(ld_##s(src, i) / d));               \
+  }
+#define CPU_SIGNED_DIV(name, s, u)                                                        \
+  static void name(void* dst, const void* src, size_t n, int d) {                         \
+    if (d == -1) {                                                                        \
+      for (size_t i = 0; i < n; i++) st_##u(dst, i, 0u - ld_##u(src, i));                 \
+      return;                                                                             \
+    }                                                                                     \
+    for (size_t i = 0; i < n; i++) st_##s(dst, i, ld_##s(src, i) / d);                    \
+  }
+
+/* float16, bfloat16, float8: decode a block to float32, compute, round once. */
+#define CPU_SMALL_BINOP(name, fmt, OP)                                                    \
+  static void name(void* dst, const void* a, const void* b, size_t n) {                   \
+    float x[CPU_BLOCK], y[CPU_BLOCK];                                                     \
+    for (size_t i = 0; i < n; i += CPU_BLOCK) {                                           \
+      size_t m = n - i < CPU_BLOCK ? n - i : CPU_BLOCK;                                   \
+      fmt##_decode_block(x, a, i, m);                                                     \
+      fmt##_decode_block(y, b, i, m);                                                     \
+      for (size_t j = 0; j < m; j++) x[j] = OP(x[j], y[j]);                               \
+      fmt##_encode_block(dst, i, x, m);                                                   \
+    }                                                                                     \
+  }
+#define CPU_SMALL_UNARY(fmt)                                                              \
+  static void k_##fmt##_div(void* dst, const void* src, size_t n, int d) {                \
+    float x[CPU_BLOCK], fd = (float)d;                                                    \
+    for (size_t i = 0; i < n; i += CPU_BLOCK) {                                           \
+      size_t m = n - i < CPU_BLOCK ? n - i : CPU_BLOCK;                                   \
+      fmt##_decode_block(x, src, i, m);                                                   \
+      for (size_t j = 0; j < m; j++) x[j] = x[j] / fd;                                    \
+      fmt##_encode_block(dst, i, x, m);                                                   \
+    }                                                                                     \
+  }                                                                                       \
+  static void k_##fmt##_mul(void* dst, const void* src, size_t n, const void* scalar) {   \
+    float x[CPU_BLOCK], k;                                                                \
+    fmt##_decode_block(&k, scalar, 0, 1);                                                 \
+    for (size_t i = 0; i < n; i += CPU_BLOCK) {                                           \
+      size_t m = n - i < CPU_BLOCK ? n - i : CPU_BLOCK;                                   \
+      fmt##_decode_block(x, src, i, m);                                                   \
+      for (size_t j = 0; j < m; j++) x[j] = f32_prod(x[j], k);                            \
+      fmt##_encode_block(dst, i, x, m);                                                   \
+    }                                                                                     \
+  }
+#define CPU_SMALL_KERNELS(fmt)                                                            \
+  CPU_SMALL_BINOP(k_##fmt##_sum, fmt, f32_sum)                                            \
+  CPU_SMALL_BINOP(k_##fmt##_prod, fmt, f32_prod)                                          \
+  CPU_SMALL_BINOP(k_##fmt##_max, fmt, f32_max)                                            \
+  CPU_SMALL_BINOP(k_##fmt##_min, fmt, f32_min)                                            \
+  CPU_SMALL_UNARY(fmt)
+
+/* Integers: one sum/prod/mul kernel per width, shared by both signs. */
+#define CPU_WRAP_KERNELS(T, s)                                                            \
+  CPU_BINOP(k_##s##_sum, s, s##_sum)                                                      \
+  CPU_BINOP(k_##s##_prod, s, s##_prod)                                                    \
+  CPU_MUL(k_##s##_mul, s, T, s##_prod)
+#define CPU_ORDER_KERNELS(s)                                                              \
+  CPU_BINOP(k_##s##_max, s, s##_max)                                                      \
+  CPU_BINOP(k_##s##_min, s, s##_min)
+
+CPU_WRAP_KERNELS(uint8_t, u8)
+CPU_WRAP_KERNELS(uint32_t, u32)
+CPU_WRAP_KERNELS(uint64_t, u64)
+CPU_ORDER_KERNELS(i8)
+CPU_ORDER_KERNELS(u8)
+CPU_ORDER_KERNELS(i32)
+CPU_ORDER_KERNELS(u32)
+CPU_ORDER_KERNELS(i64)
+CPU_ORDER_KERNELS(u64)
+/* int8 and uint8 promote to int, so C division cannot overflow there. */
+CPU_INT_DIV(k_i8_div, i8, int8_t)
+CPU_INT_DIV(k_u8_div, u8, uint8_t)
+CPU_INT_DIV(k_u32_div, u32, uint32_t)
+CPU_INT_DIV(k_u64_div, u64, uint64_t)
+CPU_SIGNED_DIV(k_i32_div, i32, u32)
+CPU_SIGNED_DIV(k_i64_div, i64, u64)
+
+CPU_BINOP(k_f32_sum, f32, f32_sum)
+CPU_BINOP(k_f32_prod, f32, f32_prod)
+CPU_ORDER_KERNELS(f32)
+CPU_MUL(k_f32_mul, f32, float, f32_prod)
+CPU_BINOP(k_f64_sum, f64, f64_sum)
+CPU_BINOP(k_f64_prod, f64, f64_prod)
+CPU_ORDER_KERNELS(f64)
+CPU_MUL(k_f64_mul, f64, double, f64_prod)
+static void k_f32_div(void* dst, const void* src, size_t n, int d) {
+  float fd = (float)d;
+  for (size_t i = 0; i < n; i++) st_f32(dst, i, ld_f32(src, i) / fd);
+}
+static void k_f64_div(void* dst, const void* src, size_t n, int d) {
+  double fd = (double)d;
+  for (size_t i = 0; i < n; i++) st_f64(dst, i, ld_f64(src, i) / fd);
+}
+
+CPU_SMALL_KERNELS(half)
+CPU_SMALL_KERNELS(bf16)
+CPU_SMALL_KERNELS(fp8e4m3)
+CPU_SMALL_KERNELS(fp8e5m2)
+
+#pragma GCC pop_options
+
+#define CPU_OPS4(s) {k_##s##_sum, k_##s##_prod, k_##s##_max, k_##s##_min}
+#define CPU_OPS_INT(w, s) {k_##w##_sum, k_##w##_prod, k_##s##_max, k_##s##_min}
+
+/* The initializer of one ISA's struct cpu_kernel_table. */
+#define CPU_KERNEL_TABLE_INIT                                                             \
+  {                                                                                       \
+    .reduce =                                                                             \
+        {                                                                                 \
+            [loomInt8] = CPU_OPS_INT(u8, i8),                                             \
+            [loomUint8] = CPU_OPS_INT(u8, u8),                                            \
+            [loomInt32] = CPU_OPS_INT(u32, i32),                                          \
+            [loomUint32] = CPU_OPS_INT(u32, u32),                                         \
+            [loomInt64] = CPU_OPS_INT(u64, i64),                                          \
+            [loomUint64] = CPU_OPS_INT(u64, u64),                                         \
+            [loomFloat16] = CPU_OPS4(half),                                               \
+            [loomFloat32] = CPU_OPS4(f32),                                                \
+            [loomFloat64] = CPU_OPS4(f64),                                                \
+            [loomBfloat16] = CPU_OPS4(bf16),                                              \
+            [loomFloat8e4m3] = CPU_OPS4(fp8e4m3),                                         \
+            [loomFloat8e5m2] = CPU_OPS4(fp8e5m2),                                         \
+        },                                                                                \
+    .div = {[loomInt8] = k_i8_div, [loomUint8] = k_u8_div, [loomInt32] = k_i32_div,       \
+            [loomUint32] = k_u32_div, [loomInt64] = k_i64_div, [loomUint64] = k_u64_div,  \
+            [loomFloat16] = k_half_div, [loomFloat32] = k_f32_div,                        \
+            [loomFloat64] = k_f64_div, [loomBfloat16] = k_bf16_div,                       \
+            [loomFloat8e4m3] = k_fp8e4m3_div, [loomFloat8e5m2] = k_fp8e5m2_div},          \
+    .mul_scalar = {[loomInt8] = k_u8_mul, [loomUint8] = k_u8_mul, [loomInt32] = k_u32_mul, \
+                   [loomUint32] = k_u32_mul, [loomInt64] = k_u64_mul,                     \
+                   [loomUint64] = k_u64_mul, [loomFloat16] = k_half_mul,                  \
+                   [loomFloat32] = k_f32_mul, [loomFloat64] = k_f64_mul,                  \
+                   [loomBfloat16] = k_bf16_mul, [loomFloat8e4m3] = k_fp8e4m3_mul,         \
+                   [loomFloat8e5m2] = k_fp8e5m2_mul},                                     \
+  }
+
+#endif /* CPU_KERNEL_BODIES */

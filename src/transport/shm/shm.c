@@ -1,0 +1,259 @@
+/* shm.c - processes on one host: a POSIX shared-memory FIFO per direction.
+ *
+ * The sender creates the segment (so it can start filling slots before the
+ * receiver arrives); the receiver attaches when it first needs the
+ * connection and unlinks the name at once, so nothing outlives the pair.
+ * Large messages are pipelined through the slots: the sender copies piece
+ * k+1 while the receiver drains piece k. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../core/checks.h"
+#include "../../core/params.h"
+#include "../../kernels/cpu/cpu_kernels.h"
+#include "../fifo.h"
+#include "../transport.h"
+
+struct shm_conn {
+  struct conn base;
+  struct fifo_ctrl* ctrl; /* NULL until attached */
+  char* data;
+  size_t map_bytes;
+  char name[64];
+  struct bell* peer_bell;
+};
+
+static void fifo_name(const struct loomComm* comm, int src, int dst, char* buf, size_t len) {
+  snprintf(buf, len, "/loom-%016llx-f%d-%d", (unsigned long long)comm->comm_hash, src, dst);
+}
+
+static loomResult_t shm_can_connect(const struct peer_info* self, const struct peer_info* peer,
+                                    int* ok_out) {
+  *ok_out = self->host_id == peer->host_id;
+  return loomSuccess;
+}
+
+static loomResult_t shm_create(struct shm_conn* c) {
+  struct loomComm* comm = c->base.comm;
+  const struct loom_params* pm = params_get();
+  uint32_t nslots = (uint32_t)LOOM_MIN(LOOM_MAX(pm->nslots, 2), FIFO_MAX_SLOTS);
+  size_t slot_bytes = LOOM_ALIGN_UP(LOOM_MAX(pm->buffsize / nslots, (size_t)4096), 4096);
+  size_t total = fifo_ctrl_bytes() + (size_t)nslots * slot_bytes;
+  int fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", c->name,
+                       strerror(errno));
+  if (ftruncate(fd, (off_t)total) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(c->name);
+    return err_set_sub(comm, SUB_SHM, loomSystemError,
+                       "cannot size the FIFO %s to %zu bytes: %s (is /dev/shm full?)", c->name,
+                       total, strerror(e));
+  }
+  void* p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(c->name);
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", c->name,
+                       strerror(errno));
+  }
+  c->ctrl = p;
+  c->map_bytes = total;
+  c->data = (char*)p + fifo_ctrl_bytes();
+  c->ctrl->nslots = nslots;
+  c->ctrl->slot_bytes = slot_bytes;
+  c->ctrl->total_bytes = total;
+  atomic_store_explicit(&c->ctrl->magic, FIFO_MAGIC, memory_order_release);
+  return loomSuccess;
+}
+
+static loomResult_t shm_connect(struct loomComm* comm, int peer, int is_send, struct conn** out) {
+  struct shm_conn* c = calloc(1, sizeof(*c));
+  if (!c) return err_set(comm, loomSystemError, "out of memory");
+  c->base.tp = &loom_transport_shm;
+  c->base.comm = comm;
+  c->base.peer = peer;
+  c->base.is_send = is_send;
+  c->peer_bell = tp_peer_bell(comm, peer);
+  if (is_send)
+    fifo_name(comm, comm->rank, peer, c->name, sizeof(c->name));
+  else
+    fifo_name(comm, peer, comm->rank, c->name, sizeof(c->name));
+  if (is_send) {
+    loomResult_t r = shm_create(c);
+    if (r != loomSuccess) {
+      free(c);
+      return r;
+    }
+  }
+  *out = &c->base;
+  return loomSuccess;
+}
+
+/* Receiver side: attach once the sender has created and initialised it. */
+static loomResult_t shm_connect_test(struct conn* base) {
+  struct shm_conn* c = (struct shm_conn*)base;
+  if (c->ctrl) return loomSuccess;
+  int fd = shm_open(c->name, O_RDWR, 0600);
+  if (fd < 0) {
+    if (errno == ENOENT) return loomInProgress;
+    return err_set_sub(base->comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", c->name,
+                       strerror(errno));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size < fifo_ctrl_bytes()) {
+    close(fd);
+    return loomInProgress; /* created, not sized yet */
+  }
+  size_t total = (size_t)st.st_size;
+  void* p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED)
+    return err_set_sub(base->comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", c->name,
+                       strerror(errno));
+  struct fifo_ctrl* ctrl = p;
+  if (atomic_load_explicit(&ctrl->magic, memory_order_acquire) != FIFO_MAGIC ||
+      ctrl->total_bytes != total) {
+    munmap(p, total);
+    return loomInProgress;
+  }
+  c->ctrl = ctrl;
+  c->map_bytes = total;
+  c->data = (char*)p + fifo_ctrl_bytes();
+  shm_unlink(c->name);
+  return loomSuccess;
+}
+
+static loomResult_t shm_post(struct conn* base, struct xfer* x) {
+  x->done = 0;
+  x->state = 0;
+  conn_queue_push(base, x);
+  return loomSuccess;
+}
+
+static loomResult_t peer_closed(struct conn* base) {
+  return err_set_sub(base->comm, SUB_SHM, loomRemoteError,
+                     "peer %d closed its shared-memory connection (it aborted or was destroyed)",
+                     base->peer);
+}
+
+/* Copies as much of the head transfers into free slots as fit. */
+static loomResult_t shm_send_progress(struct shm_conn* c) {
+  struct fifo_ctrl* f = c->ctrl;
+  uint64_t head = atomic_load_explicit(&f->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&f->tail, memory_order_acquire);
+  int moved = 0;
+  struct xfer* x;
+  while ((x = c->base.head) != NULL) {
+    if (atomic_load_explicit(&f->closed, memory_order_relaxed)) return peer_closed(&c->base);
+    while (x->done < x->bytes && head - tail < f->nslots) {
+      uint32_t i = (uint32_t)(head % f->nslots);
+      size_t n = LOOM_MIN((size_t)f->slot_bytes, x->bytes - x->done);
+      memcpy(c->data + (size_t)i * f->slot_bytes, (const char*)x->src + x->done, n);
+      f->slots[i].msg_bytes = x->bytes;
+      f->slots[i].bytes = n;
+      f->slots[i].offset = x->done;
+      head++;
+      atomic_store_explicit(&f->head, head, memory_order_release);
+      x->done += n;
+      moved = 1;
+      if (head - tail >= f->nslots) tail = atomic_load_explicit(&f->tail, memory_order_acquire);
+    }
+    if (x->done < x->bytes) break;
+    x->state = 1;
+    conn_queue_pop(&c->base);
+  }
+  if (moved && c->peer_bell) bell_ring(c->peer_bell);
+  return loomSuccess;
+}
+
+static loomResult_t shm_recv_progress(struct shm_conn* c) {
+  struct fifo_ctrl* f = c->ctrl;
+  uint64_t tail = atomic_load_explicit(&f->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&f->head, memory_order_acquire);
+  int moved = 0;
+  struct xfer* x;
+  loomResult_t res = loomSuccess;
+  while ((x = c->base.head) != NULL) {
+    while (x->done < x->bytes && tail < head) {
+      uint32_t i = (uint32_t)(tail % f->nslots);
+      const struct fifo_slot* s = &f->slots[i];
+      if (s->msg_bytes != x->bytes || s->offset != x->done || s->bytes > x->bytes - x->done) {
+        res = err_set_sub(c->base.comm, SUB_SHM, loomRemoteError,
+                          "peer %d sent a message of %llu bytes where this rank expected %zu: the "
+                          "ranks called different operations or counts",
+                          c->base.peer, (unsigned long long)s->msg_bytes, x->bytes);
+        goto out;
+      }
+      const char* piece = c->data + (size_t)i * f->slot_bytes;
+      if (x->reduce) {
+        size_t es = dtype_size(x->dtype);
+        cpu_reduce(x->dtype, x->op, (char*)x->dst + x->done, (const char*)x->src + x->done, piece,
+                   s->bytes / es);
+      } else {
+        memcpy((char*)x->dst + x->done, piece, s->bytes);
+      }
+      x->done += s->bytes;
+      tail++;
+      atomic_store_explicit(&f->tail, tail, memory_order_release);
+      moved = 1;
+      if (tail == head) head = atomic_load_explicit(&f->head, memory_order_acquire);
+    }
+    if (x->done < x->bytes) {
+      if (tail == head && atomic_load_explicit(&f->closed, memory_order_relaxed))
+        res = peer_closed(&c->base);
+      break;
+    }
+    x->state = 1;
+    conn_queue_pop(&c->base);
+  }
+out:
+  if (moved && c->peer_bell) bell_ring(c->peer_bell);
+  return res;
+}
+
+static loomResult_t shm_test(struct xfer* x, int* done_out) {
+  struct shm_conn* c = (struct shm_conn*)x->conn;
+  *done_out = 0;
+  if (x->state == 1) {
+    *done_out = 1;
+    return loomSuccess;
+  }
+  if (!c->ctrl) {
+    loomResult_t r = shm_connect_test(&c->base);
+    if (r != loomSuccess) return r == loomInProgress ? loomSuccess : r;
+  }
+  LOOM_CHECK(c->base.is_send ? shm_send_progress(c) : shm_recv_progress(c));
+  *done_out = x->state == 1;
+  return loomSuccess;
+}
+
+static loomResult_t shm_close(struct conn* base) {
+  struct shm_conn* c = (struct shm_conn*)base;
+  if (c->ctrl) {
+    /* A peer still waiting on this FIFO learns that nothing more will come. */
+    atomic_store(&c->ctrl->closed, 1);
+    if (c->peer_bell) bell_ring(c->peer_bell);
+    munmap(c->ctrl, c->map_bytes);
+  }
+  shm_unlink(c->name);
+  free(c);
+  return loomSuccess;
+}
+
+const struct loom_transport loom_transport_shm = {
+    .name = "shm",
+    .can_connect = shm_can_connect,
+    .connect = shm_connect,
+    .connect_test = shm_connect_test,
+    .send_post = shm_post,
+    .recv_post = shm_post,
+    .test = shm_test,
+    .close = shm_close,
+};

@@ -1,0 +1,225 @@
+/* transport.c - per-communicator transport state: the rank segments that hold
+ * each rank's doorbell, the connection tables, and transport selection. */
+#include "transport.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../core/bootstrap.h"
+#include "../core/checks.h"
+#include "../core/params.h"
+
+#define RANK_SEG_MAGIC 0x4c4d52414e4b3031ULL /* "LMRANK01" */
+#define RANK_SEG_BYTES 4096
+
+/* What a rank shares with the peers on its host. */
+struct rank_seg {
+  _Atomic uint64_t magic;
+  struct bell bell;
+};
+
+struct tp_comm {
+  struct rank_seg* self_seg;
+  struct rank_seg** peer_segs; /* NULL where the peer is on another host */
+  struct conn** send_conns;
+  struct conn** recv_conns;
+  int spin;
+  int same_host_ranks;
+};
+
+static const struct loom_transport* const all_transports[] = {&loom_transport_local,
+                                                              &loom_transport_shm};
+#define NTRANSPORTS ((int)(sizeof(all_transports) / sizeof(all_transports[0])))
+
+static void rank_seg_name(const struct loomComm* comm, int rank, char* buf, size_t len) {
+  snprintf(buf, len, "/loom-%016llx-r%d", (unsigned long long)comm->comm_hash, rank);
+}
+
+static int same_host(const struct loomComm* comm, int peer) {
+  return comm->peers[peer].host_id == comm->peers[comm->rank].host_id;
+}
+
+static loomResult_t rank_seg_create(struct loomComm* comm, struct rank_seg** out) {
+  char name[64];
+  rank_seg_name(comm, comm->rank, name, sizeof(name));
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", name,
+                       strerror(errno));
+  if (ftruncate(fd, RANK_SEG_BYTES) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name);
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "ftruncate(%s) failed: %s", name, strerror(e));
+  }
+  void* p = mmap(NULL, RANK_SEG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name);
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap(%s) failed: %s", name, strerror(errno));
+  }
+  struct rank_seg* seg = p;
+  atomic_store(&seg->magic, RANK_SEG_MAGIC);
+  *out = seg;
+  return loomSuccess;
+}
+
+static loomResult_t rank_seg_open(struct loomComm* comm, int peer, struct rank_seg** out) {
+  char name[64];
+  rank_seg_name(comm, peer, name, sizeof(name));
+  int fd = shm_open(name, O_RDWR, 0600);
+  if (fd < 0)
+    return err_set_sub(comm, SUB_SHM, loomSystemError,
+                       "cannot open the shared segment %s of peer %d: %s", name, peer, strerror(errno));
+  void* p = mmap(NULL, RANK_SEG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED)
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", name, strerror(errno));
+  if (atomic_load(&((struct rank_seg*)p)->magic) != RANK_SEG_MAGIC) {
+    munmap(p, RANK_SEG_BYTES);
+    return err_set_sub(comm, SUB_SHM, loomInternalError, "segment %s of peer %d is not initialised",
+                       name, peer);
+  }
+  *out = p;
+  return loomSuccess;
+}
+
+static void tp_wake(void* arg) {
+  struct tp_comm* tp = arg;
+  if (tp->self_seg) bell_ring(&tp->self_seg->bell);
+}
+
+loomResult_t tp_comm_init(struct loomComm* comm) {
+  int n = comm->nranks;
+  struct tp_comm* tp = calloc(1, sizeof(*tp));
+  if (!tp) return err_set(comm, loomSystemError, "out of memory");
+  comm->tp = tp;
+  tp->peer_segs = calloc((size_t)n, sizeof(*tp->peer_segs));
+  tp->send_conns = calloc((size_t)n, sizeof(*tp->send_conns));
+  tp->recv_conns = calloc((size_t)n, sizeof(*tp->recv_conns));
+  if (!tp->peer_segs || !tp->send_conns || !tp->recv_conns)
+    return err_set(comm, loomSystemError, "out of memory");
+  struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  LOOM_CHECK(rank_seg_create(comm, &tp->self_seg));
+  comm->wake_arg = tp;
+  comm->wake_fn = tp_wake;
+  /* Everyone's segment exists before anyone opens; everyone has opened
+   * before anyone unlinks, so nothing stays in /dev/shm. */
+  LOOM_CHECK(boot_barrier(comm, &dl));
+  for (int p = 0; p < n; p++) {
+    if (!same_host(comm, p)) continue;
+    tp->same_host_ranks++;
+    if (p == comm->rank) {
+      tp->peer_segs[p] = tp->self_seg;
+      continue;
+    }
+    LOOM_CHECK(rank_seg_open(comm, p, &tp->peer_segs[p]));
+  }
+  LOOM_CHECK(boot_barrier(comm, &dl));
+  char name[64];
+  rank_seg_name(comm, comm->rank, name, sizeof(name));
+  shm_unlink(name);
+  long long spin = params_get()->spin_count;
+  if (spin < 0) spin = tp->same_host_ranks > cpus_online() ? 0 : 2000;
+  tp->spin = (int)spin;
+  return loomSuccess;
+}
+
+void tp_comm_fini(struct loomComm* comm) {
+  struct tp_comm* tp = comm->tp;
+  if (!tp) return;
+  comm->wake_fn = NULL;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (tp->send_conns && tp->send_conns[p]) tp->send_conns[p]->tp->close(tp->send_conns[p]);
+    if (tp->recv_conns && tp->recv_conns[p]) tp->recv_conns[p]->tp->close(tp->recv_conns[p]);
+  }
+  /* After a failure a peer may have died before unlinking its names: every
+   * survivor removes every name it could have shared. ENOENT is the norm. */
+  if (comm->peers) {
+    for (int p = 0; p < comm->nranks; p++) {
+      char name[64];
+      if (!same_host(comm, p)) continue;
+      rank_seg_name(comm, p, name, sizeof(name));
+      shm_unlink(name);
+    }
+  }
+  for (int p = 0; p < comm->nranks && tp->peer_segs; p++)
+    if (tp->peer_segs[p] && tp->peer_segs[p] != tp->self_seg) munmap(tp->peer_segs[p], RANK_SEG_BYTES);
+  if (tp->self_seg) munmap(tp->self_seg, RANK_SEG_BYTES);
+  free(tp->peer_segs);
+  free(tp->send_conns);
+  free(tp->recv_conns);
+  free(tp);
+  comm->tp = NULL;
+}
+
+static int transport_allowed(const char* name) {
+  const char* list = params_get()->transports;
+  if (!list || !*list) return 1;
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", list);
+  char* save = NULL;
+  for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+    if (strcasecmp(tok, name) == 0) return 1;
+  return 0;
+}
+
+loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, struct conn** conn_out) {
+  struct tp_comm* tp = comm->tp;
+  struct conn** slot = is_send ? &tp->send_conns[peer] : &tp->recv_conns[peer];
+  if (*slot) {
+    *conn_out = *slot;
+    return loomSuccess;
+  }
+  for (int i = 0; i < NTRANSPORTS; i++) {
+    const struct loom_transport* t = all_transports[i];
+    int ok = 0;
+    if (!transport_allowed(t->name)) continue;
+    LOOM_CHECK(t->can_connect(&comm->peers[comm->rank], &comm->peers[peer], &ok));
+    if (!ok) continue;
+    LOOM_CHECK(t->connect(comm, peer, is_send, slot));
+    LOOM_INFO(SUB_INIT, "rank %d: %s connection %s peer %d over %s", comm->rank,
+              is_send ? "send" : "receive", is_send ? "to" : "from", peer, t->name);
+    *conn_out = *slot;
+    return loomSuccess;
+  }
+  return err_set_sub(comm, SUB_INIT, loomInvalidUsage,
+                     "no transport can reach peer %d (host %s) from host %s with LOOM_TRANSPORTS='%s'"
+                     "; transports here: %s",
+                     peer, comm->peers[peer].hostname, comm->peers[comm->rank].hostname,
+                     params_get()->transports, tp_list_available());
+}
+
+struct bell* tp_self_bell(struct loomComm* comm) { return &comm->tp->self_seg->bell; }
+
+struct bell* tp_peer_bell(struct loomComm* comm, int peer) {
+  struct rank_seg* s = comm->tp->peer_segs[peer];
+  return s ? &s->bell : NULL;
+}
+
+int tp_spin_count(struct loomComm* comm) { return comm->tp->spin; }
+
+const char* tp_list_available(void) { return "local (thread ranks of one process), shm (processes on one host)"; }
+
+void conn_queue_push(struct conn* c, struct xfer* x) {
+  x->next = NULL;
+  x->conn = c;
+  if (c->tail)
+    c->tail->next = x;
+  else
+    c->head = x;
+  c->tail = x;
+}
+
+void conn_queue_pop(struct conn* c) {
+  struct xfer* x = c->head;
+  if (!x) return;
+  c->head = x->next;
+  if (!c->head) c->tail = NULL;
+  x->next = NULL;
+}

@@ -1,0 +1,105 @@
+/* transport.h - how bytes move between two ranks.
+ *
+ * A connection is one direction, from a sender rank to a receiver rank, of
+ * one communicator. Each transport is one const table of functions. Posted
+ * transfers on a connection complete in the order they were posted, and the
+ * k-th send matches the peer's k-th receive. Nothing here blocks: waiting is
+ * the executor's job (it sleeps on the rank's doorbell, which every transport
+ * rings when it makes progress possible for that rank).
+ */
+#ifndef LOOM_TRANSPORT_H
+#define LOOM_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/comm.h"
+#include "../core/util.h"
+#include "loom.h"
+
+struct conn;
+
+/* One posted transfer. Owned by the caller, who must keep it (and the
+ * buffers it names) alive until test() reports it done or the connection is
+ * closed. */
+struct xfer {
+  /* Set by the caller before posting. */
+  void* dst;        /* receive: where the data lands */
+  const void* src;  /* send: the data. receive with reduce: the local operand */
+  size_t bytes;     /* the message size; both ends must agree */
+  int reduce;       /* receive only: 1 means dst = src op incoming */
+  loomDataType_t dtype;
+  loomRedOp_t op;   /* built-in op for the reduce (loomAvg reduces as sum) */
+  /* Transport state. */
+  struct conn* conn;
+  size_t done;     /* bytes completed so far */
+  int state;       /* transport private */
+  uint32_t slot;   /* transport private */
+  struct xfer* next; /* the connection's queue */
+};
+
+struct loom_transport {
+  const char* name; /* "local", "shm", ... */
+  /* Pure query, no side effects: can this transport join self to peer? */
+  loomResult_t (*can_connect)(const struct peer_info* self, const struct peer_info* peer,
+                              int* ok_out);
+  /* Starts a connection to peer in one direction (is_send: self -> peer).
+   * Never blocks: the sender side creates what is shared, the receiver side
+   * attaches to it as soon as it exists. */
+  loomResult_t (*connect)(struct loomComm* comm, int peer, int is_send, struct conn** conn_out);
+  /* loomSuccess once the connection is up, loomInProgress before. Never
+   * blocks. */
+  loomResult_t (*connect_test)(struct conn* c);
+  /* Queue a transfer. Never blocks; may start moving data. */
+  loomResult_t (*send_post)(struct conn* c, struct xfer* x);
+  loomResult_t (*recv_post)(struct conn* c, struct xfer* x);
+  /* Moves data of the connection's queue as far as possible without waiting,
+   * then tells whether x is done. Returns loomRemoteError when the peer went
+   * away or sent something that does not match. Never blocks. */
+  loomResult_t (*test)(struct xfer* x, int* done_out);
+  /* Withdraws transfers still queued (after an error) so that no peer reads
+   * or writes their buffers afterwards; waits at most briefly for a peer that
+   * is mid-copy. Then releases the connection. */
+  loomResult_t (*close)(struct conn* c);
+};
+
+/* Fields every connection starts with; transports embed it first. */
+struct conn {
+  const struct loom_transport* tp;
+  struct loomComm* comm;
+  int peer;
+  int is_send;
+  struct xfer* head; /* posted, not yet done, in order */
+  struct xfer* tail;
+};
+
+/* ---- Per-communicator transport state (src/transport/transport.c) ---- */
+
+/* Sets up what every transport needs for comm (the rank's doorbell shared
+ * with peers on this host), after the bootstrap. Collective. */
+loomResult_t tp_comm_init(struct loomComm* comm);
+/* Closes every connection and releases the shared state. Never blocks on
+ * peers. Unlinks every shared name this rank may have been party to. */
+void tp_comm_fini(struct loomComm* comm);
+/* The connection to peer in one direction, connecting on first use with the
+ * first transport of LOOM_TRANSPORTS that can. Never blocks: the connection
+ * may still be coming up (use conn's connect_test). */
+loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, struct conn** conn_out);
+/* This rank's doorbell: every transport rings it when this rank may be able
+ * to make progress. */
+struct bell* tp_self_bell(struct loomComm* comm);
+/* Peer's doorbell (peers on this host). */
+struct bell* tp_peer_bell(struct loomComm* comm, int peer);
+/* How many polls a waiter should spin before sleeping. */
+int tp_spin_count(struct loomComm* comm);
+/* Names of the transports usable here (loom_info). */
+const char* tp_list_available(void);
+
+/* Helpers for the connection queue. */
+void conn_queue_push(struct conn* c, struct xfer* x);
+void conn_queue_pop(struct conn* c); /* drops the head */
+
+extern const struct loom_transport loom_transport_local;
+extern const struct loom_transport loom_transport_shm;
+
+#endif

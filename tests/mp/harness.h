@@ -1,0 +1,61 @@
+// harness.h - runs a test body on N ranks.
+//
+// Process ranks: the harness starts N copies of the test binary itself,
+// filtered to the running test, each told its rank through the environment
+// (LOOM_TEST_CHILD). Each copy is a fresh process, so per-test environment
+// (LOOM_FAULT, LOOM_TRANSPORTS ...) applies as it would for a user. A copy
+// finds itself inside run(), becomes its rank, runs the body and exits with
+// the body's gtest verdict. The parent enforces a timeout, kills every rank
+// on expiry, and checks each rank's exit.
+//
+// Thread ranks: N threads of this process, each with its own communicator.
+//
+// In process mode a test may call run() once.
+#ifndef LOOM_TESTS_HARNESS_H
+#define LOOM_TESTS_HARNESS_H
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shim/loom_shim.h"
+
+namespace harness {
+
+enum class Mode { Proc, Thread };
+inline const char* mode_name(Mode m) { return m == Mode::Proc ? "proc" : "thread"; }
+
+enum class Init {
+  UniqueId,  // rank 0 calls loomGetUniqueId and shares the id; loomCommInitRankConfig
+  FromEnv,   // loomCommInitFromEnv (process ranks), LOOM_RANK/LOOM_WORLD_SIZE/LOOM_ROOT
+  None       // the body makes its own communicator
+};
+
+struct Opts {
+  int timeout_s = 240;            // the whole run, from the harness's side
+  Init init = Init::UniqueId;
+  int comm_timeout_ms = 60000;    // config.timeoutMs of the communicator
+  std::vector<std::pair<std::string, std::string>> env;  // process ranks only
+  std::vector<int> expect_killed;  // process ranks that end by SIGKILL
+};
+
+struct Ctx {
+  int rank = 0;
+  int nranks = 1;
+  Mode mode = Mode::Proc;
+  loomComm_t comm = nullptr;  // destroyed after the body unless set to nullptr
+  std::string id_file;        // Init::None: where rank 0 may share an id
+};
+
+void run(int nranks, Mode mode, const std::function<void(Ctx&)>& body, const Opts& opts = Opts());
+
+// For bodies with Init::None: share an id through ctx.id_file.
+void share_id(const Ctx& ctx, loomUniqueId* id);
+
+// Names of /dev/shm entries that Loom made (loom-*).
+std::vector<std::string> shm_entries();
+
+}  // namespace harness
+
+#endif
