@@ -44,9 +44,9 @@
 
 #define LOOMRUN_VERSION "0.1.0"
 #define MAX_RANKS 4096
-#define LINE_CAP 65536                /* longer lines are split; shorter ones stay whole */
-#define OBUF_CAP (2 * LINE_CAP + 64)  /* a pending part, a read's worth, prefix and '\n' */
-#define KILL_WAIT_MIN_MS 1000         /* floor for waiting after SIGKILL and for draining pipes */
+#define LINE_CAP 65536               /* longer lines are split; shorter ones stay whole */
+#define OBUF_CAP (2 * LINE_CAP + 64) /* a pending part, a read's worth, prefix and '\n' */
+#define KILL_WAIT_MIN_MS 1000        /* floor for waiting after SIGKILL and for draining pipes */
 
 enum { EXIT_USAGE = 2, EXIT_TIMEOUT = 124, EXIT_INTERNAL = 125, EXIT_NOEXEC = 127 };
 
@@ -62,13 +62,13 @@ struct options {
 
 /* One of a rank's output pipes (--prefix only). */
 struct stream {
-  int fd; /* read end, -1 once closed */
+  int fd;     /* read end, -1 once closed */
   char* part; /* bytes of a line whose '\n' has not come yet */
   size_t part_len, part_cap;
 };
 
 struct rank {
-  pid_t pid; /* 0 once reaped or given up */
+  pid_t pid;            /* 0 once reaped or given up */
   struct stream out[2]; /* the rank's stdout and stderr */
 };
 
@@ -151,26 +151,27 @@ static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const ch
 }
 
 static void print_help(void) {
-  printf("usage: loomrun -n N [options] PROGRAM [ARGS...]\n"
-         "Starts N ranks of PROGRAM on this host for loomCommInitFromEnv.\n\n"
-         "  -n, --np N            number of ranks, 1..%d (required)\n"
-         "  -p, --prefix          prefix each output line of rank r with \"[r] \"\n"
-         "      --timeout SEC     stop all ranks after SEC seconds and exit 124\n"
-         "      --grace SEC       seconds between SIGTERM and SIGKILL when stopping (default 3)\n"
-         "      --host H          host of LOOM_ROOT (default 127.0.0.1)\n"
-         "      --port P          port of LOOM_ROOT (default: a free one)\n"
-         "  -x, --env NAME=VALUE  set a variable in every rank (repeatable)\n"
-         "  -h, --help            this help\n"
-         "      --version         loomrun's version\n"
-         "  --                    ends the options\n\n"
-         "Each rank gets LOOM_RANK, LOOM_WORLD_SIZE, LOOM_ROOT, LOOM_SECRET, LOOM_LOCAL_RANK\n"
-         "and LOOM_LOCAL_SIZE. Rank 0 reads loomrun's stdin (unless it is a terminal), the\n"
-         "others /dev/null. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are\n"
-         "forwarded to the ranks; the first four also stop the run.\n\n"
-         "Exit status: 0 if all ranks exit 0, else the first failing rank's status (128+signal\n"
-         "if it was killed), 124 on --timeout, 128+S if loomrun got signal S, 2 for bad usage,\n"
-         "127 if PROGRAM cannot be run, 125 if loomrun itself failed.\n",
-         MAX_RANKS);
+  printf(
+      "usage: loomrun -n N [options] PROGRAM [ARGS...]\n"
+      "Starts N ranks of PROGRAM on this host for loomCommInitFromEnv.\n\n"
+      "  -n, --np N            number of ranks, 1..%d (required)\n"
+      "  -p, --prefix          prefix each output line of rank r with \"[r] \"\n"
+      "      --timeout SEC     stop all ranks after SEC seconds and exit 124\n"
+      "      --grace SEC       seconds between SIGTERM and SIGKILL when stopping (default 3)\n"
+      "      --host H          host of LOOM_ROOT (default 127.0.0.1)\n"
+      "      --port P          port of LOOM_ROOT (default: a free one)\n"
+      "  -x, --env NAME=VALUE  set a variable in every rank (repeatable)\n"
+      "  -h, --help            this help\n"
+      "      --version         loomrun's version\n"
+      "  --                    ends the options\n\n"
+      "Each rank gets LOOM_RANK, LOOM_WORLD_SIZE, LOOM_ROOT, LOOM_SECRET, LOOM_LOCAL_RANK\n"
+      "and LOOM_LOCAL_SIZE. Rank 0 reads loomrun's stdin (unless it is a terminal), the\n"
+      "others /dev/null. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are\n"
+      "forwarded to the ranks; the first four also stop the run.\n\n"
+      "Exit status: 0 if all ranks exit 0, else the first failing rank's status (128+signal\n"
+      "if it was killed), 124 on --timeout, 128+S if loomrun got signal S, 2 for bad usage,\n"
+      "127 if PROGRAM cannot be run, 125 if loomrun itself failed.\n",
+      MAX_RANKS);
 }
 
 /* ---- Options -------------------------------------------------------------- */
@@ -222,34 +223,55 @@ static void apply_env_option(const char* arg) {
 
 static void parse_options(int argc, char** argv, struct options* o) {
   enum { OPT_TIMEOUT = 256, OPT_GRACE, OPT_HOST, OPT_PORT, OPT_VERSION };
-  static const struct option longopts[] = {
-      {"np", required_argument, NULL, 'n'},          {"prefix", no_argument, NULL, 'p'},
-      {"timeout", required_argument, NULL, OPT_TIMEOUT}, {"grace", required_argument, NULL, OPT_GRACE},
-      {"host", required_argument, NULL, OPT_HOST},   {"port", required_argument, NULL, OPT_PORT},
-      {"env", required_argument, NULL, 'x'},         {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, OPT_VERSION},   {NULL, 0, NULL, 0}};
+  static const struct option longopts[] = {{"np", required_argument, NULL, 'n'},
+                                           {"prefix", no_argument, NULL, 'p'},
+                                           {"timeout", required_argument, NULL, OPT_TIMEOUT},
+                                           {"grace", required_argument, NULL, OPT_GRACE},
+                                           {"host", required_argument, NULL, OPT_HOST},
+                                           {"port", required_argument, NULL, OPT_PORT},
+                                           {"env", required_argument, NULL, 'x'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {"version", no_argument, NULL, OPT_VERSION},
+                                           {NULL, 0, NULL, 0}};
   *o = (struct options){.grace_s = 3.0, .host = "127.0.0.1"};
   opterr = 0;
   int c;
   /* '+': the first non-option is PROGRAM, and its own options are left alone. */
   while ((c = getopt_long(argc, argv, "+:n:px:h", longopts, NULL)) != -1) {
     switch (c) {
-    case 'n': o->np = (int)parse_long(optarg, "-n", 1, MAX_RANKS); break;
-    case 'p': o->prefix = 1; break;
-    case 'x': apply_env_option(optarg); break;
-    case OPT_TIMEOUT: o->timeout_s = parse_seconds(optarg, "--timeout", 0.001); break;
-    case OPT_GRACE: o->grace_s = parse_seconds(optarg, "--grace", 0); break;
-    case OPT_HOST:
-      if (!*optarg) usage_error("--host must not be empty");
-      o->host = optarg;
-      break;
-    case OPT_PORT: o->port = (int)parse_long(optarg, "--port", 0, 65535); break;
-    case 'h': print_help(); exit(0);
-    case OPT_VERSION: printf("loomrun (Loom) %s\n", LOOMRUN_VERSION); exit(0);
-    case ':': usage_error("%s needs a value", argv[optind - 1]);
-    default:
-      if (optopt) usage_error("unknown option '-%c'", optopt);
-      usage_error("unknown option '%s'", argv[optind - 1]);
+      case 'n':
+        o->np = (int)parse_long(optarg, "-n", 1, MAX_RANKS);
+        break;
+      case 'p':
+        o->prefix = 1;
+        break;
+      case 'x':
+        apply_env_option(optarg);
+        break;
+      case OPT_TIMEOUT:
+        o->timeout_s = parse_seconds(optarg, "--timeout", 0.001);
+        break;
+      case OPT_GRACE:
+        o->grace_s = parse_seconds(optarg, "--grace", 0);
+        break;
+      case OPT_HOST:
+        if (!*optarg) usage_error("--host must not be empty");
+        o->host = optarg;
+        break;
+      case OPT_PORT:
+        o->port = (int)parse_long(optarg, "--port", 0, 65535);
+        break;
+      case 'h':
+        print_help();
+        exit(0);
+      case OPT_VERSION:
+        printf("loomrun (Loom) %s\n", LOOMRUN_VERSION);
+        exit(0);
+      case ':':
+        usage_error("%s needs a value", argv[optind - 1]);
+      default:
+        if (optopt) usage_error("unknown option '-%c'", optopt);
+        usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (o->np == 0) usage_error("-n N is required");
@@ -448,6 +470,7 @@ static void obuf_flush(struct obuf* ob) {
 }
 
 static void obuf_put(struct obuf* ob, const char* p, size_t n) {
+  if (n == 0) return; /* p may be NULL: a stream with no pending part */
   memcpy(ob->data + ob->len, p, n);
   ob->len += n;
 }
@@ -517,7 +540,10 @@ static void stream_read(struct run* r, int rank, int which) {
   if (n > 0) {
     stream_feed(s, &g_out[which], rank, g_scratch, (size_t)n);
     obuf_flush(&g_out[which]);
-  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+  }
+  /* Once loomrun's own stdout is gone, the rank's writes must fail as they would without
+   * --prefix (EPIPE or SIGPIPE), instead of being read and dropped forever. */
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || g_out[which].broken) {
     stream_close(r, rank, which);
   }
 }
@@ -568,25 +594,28 @@ static void reap_ranks(struct run* r) {
   }
 }
 
+/* Every forwarded signal reaches the ranks; the terminating ones also start the stop, with
+ * the signal itself in place of SIGTERM. */
 static void on_signal(struct run* r, int sig) {
   if (sig == SIGCHLD) return; /* reap_ranks runs after every wakeup */
-  signal_ranks(r, sig);
-  if (sig == SIGUSR1 || sig == SIGUSR2 || r->state != RUN_RUNNING) return;
+  if (sig == SIGUSR1 || sig == SIGUSR2 || r->state != RUN_RUNNING) {
+    signal_ranks(r, sig);
+    return;
+  }
   say("got signal %d (%s); stopping the ranks", sig, strsignal(sig));
-  r->exit_code = 128 + sig;
-  r->state = RUN_STOPPING;
-  r->deadline = now_ms() + ms_of(r->opt.grace_s);
+  stop_begin(r, sig, 128 + sig);
 }
 
 static void read_signals(struct run* r) {
   struct signalfd_siginfo info;
-  while (read(r->sigfd, &info, sizeof info) == (ssize_t)sizeof info) on_signal(r, (int)info.ssi_signo);
+  while (read(r->sigfd, &info, sizeof info) == (ssize_t)sizeof info)
+    on_signal(r, (int)info.ssi_signo);
 }
 
 /* Moves the state machine on when its deadline has passed. */
 static void check_deadlines(struct run* r, int64_t now) {
-  int64_t after_kill = ms_of(r->opt.grace_s) > KILL_WAIT_MIN_MS ? ms_of(r->opt.grace_s)
-                                                                 : KILL_WAIT_MIN_MS;
+  int64_t after_kill =
+      ms_of(r->opt.grace_s) > KILL_WAIT_MIN_MS ? ms_of(r->opt.grace_s) : KILL_WAIT_MIN_MS;
   if (r->state == RUN_RUNNING && r->timeout_at && now >= r->timeout_at) {
     say("timed out after %g s; stopping the ranks", r->opt.timeout_s);
     stop_begin(r, SIGTERM, EXIT_TIMEOUT);
@@ -601,7 +630,8 @@ static void check_deadlines(struct run* r, int64_t now) {
     r->state = RUN_KILLED;
     r->deadline = now + after_kill;
   } else if (r->state == RUN_KILLED && now >= r->deadline) {
-    say("giving up on %d rank%s that did not die after SIGKILL", r->nlive, r->nlive == 1 ? "" : "s");
+    say("giving up on %d rank%s that did not die after SIGKILL", r->nlive,
+        r->nlive == 1 ? "" : "s");
     for (int i = 0; i < r->opt.np; i++) r->ranks[i].pid = 0;
     r->nlive = 0;
   }
@@ -660,11 +690,12 @@ int main(int argc, char** argv) {
   }
   for (int i = 0; i < r.opt.np; i++) r.ranks[i].out[0].fd = r.ranks[i].out[1].fd = -1;
   if (r.opt.timeout_s > 0) r.timeout_at = now_ms() + ms_of(r.opt.timeout_s);
-  for (int i = 0; i < r.opt.np; i++)
-    if (rank_start(&r, i) != 0) {
-      stop_begin(&r, SIGTERM, EXIT_INTERNAL);
-      break;
-    }
+  /* A rank that already failed, or a signal, stops the launch: no point starting the rest. */
+  for (int i = 0; i < r.opt.np && r.state == RUN_RUNNING; i++) {
+    if (rank_start(&r, i) != 0) stop_begin(&r, SIGTERM, EXIT_INTERNAL);
+    read_signals(&r);
+    reap_ranks(&r);
+  }
   supervise(&r, pfds, owner);
   free(owner);
   free(pfds);

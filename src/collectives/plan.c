@@ -84,7 +84,8 @@ void plan_add(struct plan* p, enum plan_op_kind kind, int peer, struct plan_ref 
 loomResult_t plan_finish(struct plan* p) {
   if (p->failed) {
     return err_set_sub(NULL, SUB_COLL | SUB_ALLOC, loomSystemError,
-                       "rank %d: out of memory building the %s plan (%u steps, %u ops so far)",
+                       "rank %d: cannot grow the %s plan past %u steps, %u ops (out of memory "
+                       "or past 2^32 entries)",
                        p->rank, p->algo ? p->algo : "?", p->nsteps, p->nops);
   }
   if (p->nsteps > 0 && p->steps[p->nsteps - 1].op_begin == p->steps[p->nsteps - 1].op_end)

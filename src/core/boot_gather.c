@@ -18,6 +18,11 @@
 
 #define MAIL_SLICE_MS 100
 
+/* memcpy with n == 0 may be given NULL pointers (an empty all-gather). */
+static void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0) memmove(dst, src, n);
+}
+
 static struct boot_mail* mail_take_locked(struct bootstrap* b, uint32_t tag, int from) {
   for (struct boot_mail** p = &b->mail; *p != NULL; p = &(*p)->next) {
     if ((*p)->tag != tag || (*p)->from != from) continue;
@@ -114,7 +119,7 @@ static loomResult_t gather_root(struct bootstrap* b, uint32_t tag, const void* i
   size_t total = len * (size_t)comm->nranks;
   char what[48];
   snprintf(what, sizeof(what), "all-gather #%u data", tag);
-  memmove(out, in, len);
+  copy_bytes(out, in, len);
   for (int r = 1; r < comm->nranks; r++) {
     struct boot_mail* m;
     LOOM_CHECK(mail_wait(b, tag, r, what, dl, &m));
@@ -123,7 +128,7 @@ static loomResult_t gather_root(struct bootstrap* b, uint32_t tag, const void* i
       free(m);
       return size_error(b, what, r, got, len);
     }
-    memcpy((char*)out + (size_t)r * len, m->data, len);
+    copy_bytes((char*)out + (size_t)r * len, m->data, len);
     free(m);
   }
   snprintf(what, sizeof(what), "all-gather #%u result", tag);
@@ -153,7 +158,7 @@ static loomResult_t gather_leaf(struct bootstrap* b, uint32_t tag, const void* i
     free(m);
     return size_error(b, what, 0, got, total);
   }
-  memcpy(out, m->data, total);
+  copy_bytes(out, m->data, total);
   free(m);
   return loomSuccess;
 }
@@ -174,7 +179,7 @@ loomResult_t boot_allgather(struct loomComm* comm, const void* in, size_t len, v
   if (dl == NULL) dl = &own;
   uint32_t tag = ++b->next_tag;
   if (comm->nranks == 1) {
-    memmove(out, in, len);
+    copy_bytes(out, in, len);
     return loomSuccess;
   }
   if (comm->rank == 0) return gather_root(b, tag, in, len, out, dl);

@@ -398,6 +398,12 @@ static loomResult_t id_check(struct loomComm* comm, const struct boot_id* id) {
   if (comm->nranks < 1 || comm->rank < 0 || comm->rank >= comm->nranks)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
                        "bootstrap: rank %d out of range for %d ranks", comm->rank, comm->nranks);
+  size_t table_len = sizeof(uint64_t) + (size_t)comm->nranks * sizeof(struct peer_info);
+  if (table_len > BOOT_MAX_PAYLOAD)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
+                       "bootstrap: a peer table for %d ranks (%zu bytes) is over the %u-byte "
+                       "message bound",
+                       comm->nranks, table_len, BOOT_MAX_PAYLOAD);
   return loomSuccess;
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "boot_internal.h"
 #include "checks.h"
@@ -87,11 +88,28 @@ void boot_hdr_fill(struct boot_hdr* h, int from, uint16_t type, uint32_t tag, ui
   h->from = from;
 }
 
+/* The send lock is waited for no longer than the deadline either: its
+ * holder may be stuck sending to a peer that stopped reading. (timedlock
+ * takes CLOCK_REALTIME; clocklock would be immune to clock steps but the
+ * thread sanitizer does not know it, and a step only stretches this bound.) */
+static int send_lock_take(struct boot_link* l, const struct deadline* dl) {
+  if (dl == NULL || dl->at_ns == 0) return pthread_mutex_lock(&l->send_lock);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  long long ms = deadline_left_ms(dl);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  return pthread_mutex_timedlock(&l->send_lock, &ts);
+}
+
 int boot_link_send(struct boot_link* l, int from, uint16_t type, uint32_t tag, const void* payload,
                    uint32_t len, const struct deadline* dl, const _Atomic int* abort_flag) {
   struct boot_hdr h;
   boot_hdr_fill(&h, from, type, tag, len);
-  pthread_mutex_lock(&l->send_lock);
+  int rc = send_lock_take(l, dl);
+  if (rc != 0) return rc; /* ETIMEDOUT */
   int err = sock_send_all(l->fd, &h, sizeof(h), dl, abort_flag);
   if (err == 0 && len > 0) err = sock_send_all(l->fd, payload, len, dl, abort_flag);
   pthread_mutex_unlock(&l->send_lock);

@@ -281,11 +281,14 @@ loomResult_t sock_connect(struct loomComm* comm, const union sock_addr* addr, co
   sock_addr_str(addr, text, sizeof(text));
   uint64_t start = time_now_ns();
   long long backoff = SOCK_BACKOFF_FIRST_MS;
-  int attempts = 0;
+  int attempts = 0, last_err = 0;
   for (;;) {
     int err = connect_once(addr, dl, abort_flag, fd_out);
     attempts++;
     if (err == 0) return loomSuccess;
+    /* Our own deadline cutting an attempt short says less than what the
+     * attempts before it met (refused, unreachable). */
+    if (err != ETIMEDOUT || last_err == 0) last_err = err;
     if (err == ECANCELED)
       return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
                          "bootstrap: communicator aborted while connecting to %s at %s", what, text);
@@ -297,7 +300,7 @@ loomResult_t sock_connect(struct loomComm* comm, const union sock_addr* addr, co
                          "bootstrap: could not connect to %s at %s within %llu ms "
                          "(%d attempts, last error: %s)",
                          what, text, (unsigned long long)((time_now_ns() - start) / 1000000),
-                         attempts, strerror(err));
+                         attempts, strerror(last_err));
     sleep_ms(dl_left_ms(dl, backoff));
     backoff = LOOM_MIN(backoff * 2, SOCK_BACKOFF_MAX_MS);
   }
@@ -311,12 +314,12 @@ loomResult_t sock_connect(struct loomComm* comm, const union sock_addr* addr, co
 static int sock_wait(int fd, short events, const struct deadline* dl, const _Atomic int* abort_flag) {
   for (;;) {
     if (abort_flag != NULL && atomic_load(abort_flag)) return ECANCELED;
-    if (dl_passed(dl)) return ETIMEDOUT;
-    long long slice = dl_left_ms(dl, SOCK_SLICE_MS);
+    /* Poll before judging the deadline: what is ready at the deadline counts. */
     struct pollfd p = {.fd = fd, .events = events, .revents = 0};
-    int rc = poll(&p, 1, (int)slice);
+    int rc = poll(&p, 1, (int)dl_left_ms(dl, SOCK_SLICE_MS));
     if (rc > 0) return 0;
     if (rc < 0 && errno != EINTR) return errno;
+    if (dl_passed(dl)) return ETIMEDOUT;
   }
 }
 

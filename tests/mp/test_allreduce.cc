@@ -23,7 +23,11 @@ void check_one(const Ctx& c, loomDataType_t t, loomRedOp_t op_user, loomRedOp_t 
   size_t es = shim::dtype_size(t);
   values::Pattern pat = values::pattern(t, op_ref);
   std::vector<unsigned char> send(count * es + 1), recv(count * es + 1, 0xA5);
-  for (size_t i = 0; i < count; i++) values::store(t, send.data(), i, values::input(pat, c.rank, i));
+  // Inputs repeat with the pattern's period: encode each value once.
+  std::vector<unsigned char> in((size_t)pat.period * es);
+  for (int k = 0; k < pat.period; k++) values::store(t, in.data(), (size_t)k, values::input(pat, c.rank, (size_t)k));
+  for (size_t i = 0; i < count; i++)
+    memcpy(send.data() + i * es, in.data() + (i % (size_t)pat.period) * es, es);
   std::vector<unsigned char> orig = send;
   void* out = in_place ? send.data() : recv.data();
   ASSERT_LOOM_OK(loomAllReduce(send.data(), out, count, t, op_user, c.comm, nullptr));

@@ -34,6 +34,12 @@ expect_grep() { # FILE PATTERN WHAT
   return 1
 }
 
+expect_no_grep() { # FILE PATTERN WHAT
+  grep -qE -- "$2" "$1" || return 0
+  why="$3: $(grep -E -- "$2" "$1" | head -n 3)"
+  return 1
+}
+
 # Pids of live processes whose command line holds MARKER. The bracket keeps grep's own
 # command line from matching its pattern.
 procs_with() {
@@ -178,6 +184,8 @@ t_timeout() {
   expect_eq $? 124 "exit status" || return 1
   expect_grep "$TMP/err" "timed out after 1 s" "timeout message" || return 1
   expect_grep "$TMP/err" "sending SIGKILL" "SIGKILL message" || return 1
+  # loomrun itself must reap them; the ranks' PR_SET_PDEATHSIG would hide a leak here.
+  expect_no_grep "$TMP/err" "giving up" "ranks not reaped" || return 1
   expect_gone "$marker"
 }
 

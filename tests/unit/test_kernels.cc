@@ -5,6 +5,7 @@
 // by enumerating every code and picking the nearest, ties to even. Each ISA
 // variant must then match the scalar one bit for bit, NaN payloads included.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -397,6 +398,27 @@ TEST(ConvertAnchors, OverflowAndSaturation) {
   EXPECT_EQ(float_to_fp8e5m2(57344.0f), 0x7b);
   EXPECT_EQ(float_to_fp8e5m2(61440.0f), 0x7c);  // tie rounds to even: infinity
   EXPECT_EQ(fp8e5m2_to_float(0x01), 0x1p-16f);
+}
+
+// The kernels use F16C for float16 where the CPU has it and C elsewhere; both
+// must agree on every bit, NaN payloads included.
+__attribute__((target("f16c"))) uint32_t hw_half_to_float_bits(uint16_t h) {
+  return f32_bits(_cvtsh_ss(h));
+}
+__attribute__((target("f16c"))) uint16_t hw_float_to_half(float f) {
+  return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+
+TEST(ConvertAnchors, HalfMatchesF16C) {
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "this cpu has no F16C";
+  for (uint32_t h = 0; h < 0x10000; h++)
+    ASSERT_EQ(f32_bits(half_to_float(uint16_t(h))), hw_half_to_float_bits(uint16_t(h))) << hex(h);
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 1000000; i++) {
+    float x = f32_from(uint32_t(rng()));
+    if (i % 4 == 0) x = f32_from((uint32_t(rng()) & 0x807fffff) | 0x7f800001);  // NaN payloads
+    ASSERT_EQ(float_to_half(x), hw_float_to_half(x)) << hex(f32_bits(x));
+  }
 }
 
 // ---- Kernels ------------------------------------------------------------------

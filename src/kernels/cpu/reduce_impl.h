@@ -78,6 +78,14 @@ static inline float f32_of(uint32_t u) {
   return f;
 }
 
+/* c ? x : y as a bit select. The decoders use it where one input is a
+ * float product: in a ternary GCC would sink that product into a branch and,
+ * as it may trap, refuse to vectorise the loop. */
+static inline uint32_t bits_select(int c, uint32_t x, uint32_t y) {
+  uint32_t m = 0u - (uint32_t)(c != 0);
+  return (x & m) | (y & ~m);
+}
+
 /* |x| (float bits ax, finite or inf, not NaN) rounded to nearest-even in a
  * format with mbits mantissa bits and exponent bias `bias`, whose smallest
  * subnormal is far above every float subnormal (half, float8). Returns the
@@ -109,10 +117,10 @@ static inline float half_decode(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t em = h & 0x7fffu;
   uint32_t normal = (em << 13) + (112u << 23);
-  uint32_t sub = f32_bits((float)em * 0x1p-24f); /* exact; em < 0x400 here */
+  uint32_t sub = f32_bits((float)em * 0x1p-24f); /* exact where used: em < 0x400 */
   uint32_t special = (em << 13) | 0x7f800000u | (em > 0x7c00u ? 0x400000u : 0);
-  uint32_t r = em >= 0x7c00u ? special : em >= 0x400u ? normal : sub;
-  return f32_of(sign | r);
+  uint32_t r = bits_select(em >= 0x400u, normal, sub);
+  return f32_of(sign | bits_select(em >= 0x7c00u, special, r));
 }
 static inline uint16_t half_encode(float f) {
   uint32_t x = f32_bits(f), ax = x & 0x7fffffffu;
@@ -137,10 +145,9 @@ static inline float fp8e4m3_decode(uint8_t v) {
   uint32_t sign = (uint32_t)(v & 0x80u) << 24;
   uint32_t em = v & 0x7fu;
   uint32_t normal = (em << 20) + (120u << 23);
-  uint32_t sub = f32_bits((float)em * 0x1p-9f); /* exact; em < 8 here */
-  uint32_t r = em >= 8 ? normal : sub;
-  r = em == 0x7fu ? 0x7fc00000u : r;
-  return f32_of(sign | r);
+  uint32_t sub = f32_bits((float)em * 0x1p-9f); /* exact where used: em < 8 */
+  uint32_t r = bits_select(em >= 8, normal, sub);
+  return f32_of(sign | bits_select(em == 0x7fu, 0x7fc00000u, r));
 }
 static inline uint8_t fp8e4m3_encode(float f) {
   uint32_t x = f32_bits(f), ax = x & 0x7fffffffu;
