@@ -25,7 +25,7 @@ build_and_test() { # dir, cmake args..., -- ctest args...
   (cd "$dir" && ctest --output-on-failure --timeout 600 -j"$jobs" "${targs[@]}")
 }
 
-build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo --
+build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE sanity
 if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then exit 0; fi
 # Sanitizers over the unit tests and a covering part of the multi-rank tests.
 build_and_test build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=address,undefined -- -L "unit|sanity"

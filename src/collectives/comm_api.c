@@ -165,6 +165,13 @@ static void join_init_thread(struct loomComm* comm) {
   }
 }
 
+/* A bootstrap exchange that timed out or lost a peer leaves the
+ * communicator in error, like any other wait. */
+static loomResult_t boot_broke(struct loomComm* comm, loomResult_t r) {
+  if (r == loomTimeout || r == loomRemoteError) comm_set_failed(comm, -1, r, "%s", err_thread_last());
+  return r;
+}
+
 /* Work queued on streams must finish before the communicator goes. */
 static void wait_queued(struct loomComm* comm) {
   if (!comm->coll) return;
@@ -178,7 +185,10 @@ loomResult_t loomCommFinalize(loomComm_t comm) {
   wait_queued(comm);
   LOOM_CHECK(comm_health(comm));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
-  return boot_barrier(comm, &dl);
+  atomic_fetch_add(&comm->boot_users, 1);
+  loomResult_t r = boot_broke(comm, boot_barrier(comm, &dl));
+  atomic_fetch_sub(&comm->boot_users, 1);
+  return r;
 }
 
 loomResult_t loomCommDestroy(loomComm_t comm) {
@@ -192,9 +202,10 @@ loomResult_t loomCommDestroy(loomComm_t comm) {
 loomResult_t loomCommAbort(loomComm_t comm) {
   LOOM_CHECK(comm_check(comm));
   atomic_store(&comm->aborted, 1);
-  if (comm->wake_fn) comm->wake_fn(comm->wake_arg);
+  comm_wake(comm);
   join_init_thread(comm); /* its waits watch the abort flag */
   wait_queued(comm);      /* queued work fails fast on the flag */
+  while (atomic_load(&comm->boot_users) > 0) usleep(1000); /* they watch the flag too */
   if (comm->coll) {
     /* An operation running on another thread notices the flag at its next
      * wake-up; wait for it to leave before freeing what it uses. */
@@ -256,7 +267,9 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
     r = err_set(comm, loomSystemError, "out of memory");
     goto out;
   }
-  LOOM_CHECK_GOTO(boot_allgather(comm, &mine, sizeof(mine), all, &dl), r, out);
+  atomic_fetch_add(&comm->boot_users, 1);
+  r = boot_broke(comm, boot_allgather(comm, &mine, sizeof(mine), all, &dl));
+  if (r != loomSuccess) goto out;
   /* New rank = place among the same color, ordered by (key, old rank). */
   int newrank = 0, newsize = 0, leader = -1;
   for (int p = 0; p < n; p++) {
@@ -267,7 +280,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
   }
   struct boot_id myid = {0};
   if (color != LOOM_SPLIT_NOCOLOR && newrank == 0) LOOM_CHECK_GOTO(boot_id_create(&myid), r, out);
-  LOOM_CHECK_GOTO(boot_allgather(comm, &myid, sizeof(myid), ids, &dl), r, out);
+  LOOM_CHECK_GOTO(boot_broke(comm, boot_allgather(comm, &myid, sizeof(myid), ids, &dl)), r, out);
   if (color == LOOM_SPLIT_NOCOLOR) {
     *newcomm = NULL;
     goto out;
@@ -277,6 +290,7 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
   inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
   r = init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit);
 out:
+  if (all && ids) atomic_fetch_sub(&comm->boot_users, 1);
   free(all);
   free(ids);
   return r;

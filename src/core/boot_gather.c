@@ -133,8 +133,8 @@ static loomResult_t gather_root(struct bootstrap* b, uint32_t tag, const void* i
   }
   snprintf(what, sizeof(what), "all-gather #%u result", tag);
   for (int r = 1; r < comm->nranks; r++) {
-    int err = boot_link_send(&b->links[r], 0, BOOT_DATA, tag, out, (uint32_t)total, dl,
-                             &comm->aborted);
+    int err =
+        boot_link_send(&b->links[r], 0, BOOT_DATA, tag, out, (uint32_t)total, dl, &comm->aborted);
     if (err != 0) return send_error(b, err, what, r);
   }
   return loomSuccess;

@@ -101,8 +101,8 @@ static void pending_hello(struct accept_ctx* c, int i) {
   memcpy(&h, c->pend[i].buf, sizeof(h));
   memset(&hello, 0, sizeof(hello));
   memcpy(&hello, c->pend[i].buf + sizeof(h), h.length); /* bounded by the header check */
-  loomResult_t res = boot_hello_check(&hello, h.length, c->b->secret, c->b->comm->nranks, why,
-                                      sizeof(why));
+  loomResult_t res =
+      boot_hello_check(&hello, h.length, c->b->secret, c->b->comm->nranks, why, sizeof(why));
   if (res == loomRemoteError) return pending_drop(c, i, why);
   if (res != loomSuccess) return pending_refuse(c, i, hello.rank, why);
   if (c->b->links[hello.rank].fd >= 0) {
@@ -210,7 +210,8 @@ static loomResult_t accept_loop(struct accept_ctx* c, const struct deadline* dl,
     c->pfd[0] = (struct pollfd){.fd = c->b->listen_fd, .events = POLLIN};
     int npolled = c->npend;
     for (int i = 0; i < npolled; i++) c->pfd[i + 1] = (struct pollfd){c->pend[i].fd, POLLIN, 0};
-    int rc = poll(c->pfd, (nfds_t)npolled + 1, (int)LOOM_MIN(deadline_left_ms(dl), ACCEPT_SLICE_MS));
+    int rc =
+        poll(c->pfd, (nfds_t)npolled + 1, (int)LOOM_MIN(deadline_left_ms(dl), ACCEPT_SLICE_MS));
     if (rc < 0 && errno != EINTR) {
       snprintf(why, why_len, "rank 0 failed in poll: %s", strerror(errno));
       return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: %s", why);
@@ -257,11 +258,16 @@ static loomResult_t table_send(struct bootstrap* b, const struct peer_info* peer
   memcpy(buf + sizeof(comm_hash), peers, len - sizeof(comm_hash));
   int* errs = calloc((size_t)comm->nranks, sizeof(int));
   for (int r = 1; r < comm->nranks && errs != NULL; r++)
-    errs[r] = boot_link_send(&b->links[r], 0, BOOT_TABLE, 0, buf, (uint32_t)len, dl,
-                             &comm->aborted);
+    errs[r] =
+        boot_link_send(&b->links[r], 0, BOOT_TABLE, 0, buf, (uint32_t)len, dl, &comm->aborted);
   free(buf);
   if (errs == NULL)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: out of memory");
+  if (atomic_load(&comm->aborted)) { /* our own abort, not the peers' fault */
+    free(errs);
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
+                       "bootstrap: rank 0 was aborted while sending the peer table");
+  }
   for (int r = 1; r < comm->nranks; r++) {
     if (errs[r] == 0) continue;
     char why[200];
@@ -328,8 +334,8 @@ static loomResult_t join_failed(struct bootstrap* b, const struct deadline* dl) 
   loomResult_t code = (loomResult_t)f.code;
   if (code <= loomSuccess || code >= loomNumResults || code == loomInProgress)
     code = loomRemoteError;
-  return err_set_sub(b->comm, SUB_BOOTSTRAP, code, "bootstrap: rank 0 gave up on the rendezvous: %s",
-                     f.why);
+  return err_set_sub(b->comm, SUB_BOOTSTRAP, code,
+                     "bootstrap: rank 0 gave up on the rendezvous: %s", f.why);
 }
 
 static loomResult_t join_refused(struct bootstrap* b, uint32_t len, const struct deadline* dl) {

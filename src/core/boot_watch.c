@@ -149,8 +149,8 @@ static void failure_broadcast(struct bootstrap* b, int peer, loomResult_t code, 
     if (r == peer || l->fd < 0 || atomic_load(&l->dead)) continue;
     int err = boot_link_send(l, 0, BOOT_FAILED, 0, &f, sizeof(f), &dl, &b->stopping);
     if (err != 0)
-      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d failed: %s", r,
-                peer, sock_err_str(err));
+      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d failed: %s", r, peer,
+                sock_err_str(err));
   }
 }
 

@@ -69,7 +69,11 @@ struct boot_failed {
  * why_out (size why_len) naming the problem. Pure. */
 loomResult_t boot_hdr_check(const struct boot_hdr* h, uint32_t max_len, char* why_out,
                             size_t why_len);
-/* Checks a hello against the expected secret and nranks. Pure. */
+/* Checks a hello against the expected secret and nranks. Pure. Returns
+ * loomRemoteError for what a stranger sends (short hello, wrong secret):
+ * rank 0 just closes; loomInvalidUsage for a rank that knows the secret but
+ * cannot join (nranks mismatch, rank out of 1..nranks-1): rank 0 answers
+ * BOOT_REFUSED with the reason. */
 loomResult_t boot_hello_check(const struct boot_hello* h, size_t len, uint64_t secret, int nranks,
                               char* why_out, size_t why_len);
 
@@ -79,13 +83,18 @@ loomResult_t boot_hello_check(const struct boot_hello* h, size_t len, uint64_t s
  * first usable interface) kept by this process for rank 0 to take. */
 loomResult_t boot_id_create(struct boot_id* id_out);
 /* Makes an id from "host:port" and a secret (loomCommInitFromEnv). With
- * listen != 0 (rank 0) also opens the listening socket. */
+ * listen != 0 (rank 0) also opens the listening socket (on the wildcard
+ * address when host is not local, e.g. behind NAT). Without it, rank 0's
+ * boot_init binds the address itself. */
 loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen,
                                struct boot_id* id_out);
 
 /* Joins the communicator: connects to rank 0 (retrying until the deadline),
  * proves the secret, exchanges peer_info; rank 0 accepts the others. Fills
- * comm->peers and comm->comm_hash and starts the watcher. */
+ * comm->peers and comm->comm_hash and starts the watcher. Gives up after
+ * comm->timeout_ms (loomTimeout) or when comm->aborted is set
+ * (loomInvalidUsage); a refused rank gets loomInvalidUsage with the reason.
+ * On failure it has released what it made (comm->boot stays NULL). */
 loomResult_t boot_init(struct loomComm* comm, const struct boot_id* id,
                        const struct peer_info* self);
 /* Every rank contributes len bytes; out receives nranks * len bytes in rank

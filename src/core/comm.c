@@ -48,28 +48,50 @@ loomResult_t comm_check(const struct loomComm* comm) {
 }
 
 void comm_set_failed(struct loomComm* comm, int peer, loomResult_t code, const char* fmt, ...) {
-  char text[LOOM_ERR_LEN];
+  char text[LOOM_ERR_LEN - 32];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
-  int expected = loomSuccess;
-  int first = atomic_compare_exchange_strong(&comm->async_error, &expected, (int)code);
-  if (!first) {
-    expected = loomInProgress; /* failed during init */
-    first = atomic_compare_exchange_strong(&comm->async_error, &expected, (int)code);
-  }
+  /* The code and its text change together under err_lock, so a reader never
+   * sees a failure without its cause. */
+  pthread_mutex_lock(&comm->err_lock);
+  int now = atomic_load(&comm->async_error);
+  int first = now == loomSuccess || now == loomInProgress;
   if (first) {
     if (peer >= 0) atomic_store(&comm->failed_peer, peer);
-    err_set(comm, code, "%s", text);
+    /* Texts from err_set already name the rank. */
+    if (strncmp(text, "rank ", 5) == 0)
+      snprintf(comm->last_error, sizeof(comm->last_error), "%s", text);
+    else
+      snprintf(comm->last_error, sizeof(comm->last_error), "rank %d: %s", comm->rank, text);
+    atomic_store(&comm->async_error, (int)code);
   }
-  if (comm->wake_fn) comm->wake_fn(comm->wake_arg);
+  pthread_mutex_unlock(&comm->err_lock);
+  if (first) {
+    LOOM_WARN(SUB_ALL, "%s", comm->last_error);
+    err_copy_to_thread(comm->last_error);
+  }
+  comm_wake(comm);
+}
+
+void comm_wake(struct loomComm* comm) {
+  void* arg = __atomic_load_n(&comm->wake_arg, __ATOMIC_ACQUIRE);
+  void (*fn)(void*) = __atomic_load_n(&comm->wake_fn, __ATOMIC_ACQUIRE);
+  if (fn) fn(arg);
+}
+
+void comm_set_wake(struct loomComm* comm, void (*fn)(void*), void* arg) {
+  __atomic_store_n(&comm->wake_fn, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->wake_arg, arg, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->wake_fn, fn, __ATOMIC_RELEASE);
 }
 
 loomResult_t comm_health(struct loomComm* comm) {
   int e = atomic_load(&comm->async_error);
   if (e == loomSuccess || e == loomInProgress) return loomSuccess;
   pthread_mutex_lock(&comm->err_lock);
+  e = atomic_load(&comm->async_error);
   err_copy_to_thread(comm->last_error);
   pthread_mutex_unlock(&comm->err_lock);
   return (loomResult_t)e;

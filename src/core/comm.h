@@ -58,6 +58,10 @@ struct loomComm {
   void (*wake_fn)(void* arg);
   void* wake_arg;
 
+  /* Public calls inside the bootstrap on other threads (split, finalize):
+   * loomCommAbort waits for them to leave before freeing. */
+  _Atomic int boot_users;
+
   /* Non-blocking init runs on this thread. */
   pthread_t init_thread;
   int init_thread_live;
@@ -73,6 +77,10 @@ loomResult_t comm_check(const struct loomComm* comm);
  * with code, once; later calls keep the first cause. Wakes waiters. */
 void comm_set_failed(struct loomComm* comm, int peer, loomResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Calls the wake hook, if set (any thread). */
+void comm_wake(struct loomComm* comm);
+/* Sets the wake hook; fn NULL clears it. */
+void comm_set_wake(struct loomComm* comm, void (*fn)(void*), void* arg);
 /* loomSuccess while usable; else the error that broke it, with its text
  * copied to the caller's last error. */
 loomResult_t comm_health(struct loomComm* comm);

@@ -175,8 +175,7 @@ loomResult_t sock_if_pick(union sock_addr* addr_out, char* ifname_out, size_t if
   }
   union sock_addr a;
   memset(&a, 0, sizeof(a));
-  memcpy(&a, pick->ifa_addr,
-         pick->ifa_addr->sa_family == AF_INET ? sizeof(a.sin) : sizeof(a.sin6));
+  memcpy(&a, pick->ifa_addr, pick->ifa_addr->sa_family == AF_INET ? sizeof(a.sin) : sizeof(a.sin6));
   *addr_out = a;
   snprintf(ifname_out, ifname_len, "%s", pick->ifa_name);
   freeifaddrs(list);
@@ -209,8 +208,8 @@ loomResult_t sock_listen(struct loomComm* comm, union sock_addr* addr, int* fd_o
   sock_addr_str(addr, text, sizeof(text));
   int fd = sock_open(addr->sa.sa_family);
   if (fd < 0)
-    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: socket() for %s failed: %s",
-                       text, strerror(errno));
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: socket() for %s failed: %s", text, strerror(errno));
   int one = 1;
   const char* call = "setsockopt(SO_REUSEADDR)";
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) goto fail;
@@ -237,10 +236,13 @@ static int connect_retryable(int err) {
          err == EHOSTUNREACH || err == ENETUNREACH || err == EAGAIN || err == EINTR;
 }
 
-static int sock_wait(int fd, short events, const struct deadline* dl, const _Atomic int* abort_flag);
+static int sock_wait(int fd, short events, const struct deadline* dl,
+                     const _Atomic int* abort_flag);
 
 /* A NULL deadline means none. */
-static int dl_passed(const struct deadline* dl) { return dl != NULL && deadline_passed(dl); }
+static int dl_passed(const struct deadline* dl) {
+  return dl != NULL && deadline_passed(dl);
+}
 static long long dl_left_ms(const struct deadline* dl, long long cap) {
   return dl ? LOOM_MIN(deadline_left_ms(dl), cap) : cap;
 }
@@ -291,7 +293,8 @@ loomResult_t sock_connect(struct loomComm* comm, const union sock_addr* addr, co
     if (err != ETIMEDOUT || last_err == 0) last_err = err;
     if (err == ECANCELED)
       return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
-                         "bootstrap: communicator aborted while connecting to %s at %s", what, text);
+                         "bootstrap: communicator aborted while connecting to %s at %s", what,
+                         text);
     if (!connect_retryable(err))
       return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
                          "bootstrap: connect to %s at %s failed: %s", what, text, strerror(err));
@@ -311,7 +314,8 @@ loomResult_t sock_connect(struct loomComm* comm, const union sock_addr* addr, co
 /* Waits until fd is ready for events, in slices, watching the deadline and
  * the abort flag. Returns 0 (ready, or an error the next call will report),
  * ETIMEDOUT, ECANCELED or errno. */
-static int sock_wait(int fd, short events, const struct deadline* dl, const _Atomic int* abort_flag) {
+static int sock_wait(int fd, short events, const struct deadline* dl,
+                     const _Atomic int* abort_flag) {
   for (;;) {
     if (abort_flag != NULL && atomic_load(abort_flag)) return ECANCELED;
     /* Poll before judging the deadline: what is ready at the deadline counts. */
@@ -370,10 +374,14 @@ int sock_send_nowait(int fd, const void* buf, size_t len) {
 
 const char* sock_err_str(int err) {
   switch (err) {
-    case SOCK_EOF: return "connection closed by the peer";
-    case ETIMEDOUT: return "timed out";
-    case ECANCELED: return "communicator aborted";
-    default: return strerror(err);
+    case SOCK_EOF:
+      return "connection closed by the peer";
+    case ETIMEDOUT:
+      return "timed out";
+    case ECANCELED:
+      return "communicator aborted";
+    default:
+      return strerror(err);
   }
 }
 

@@ -106,8 +106,7 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
     return err_set(comm, loomSystemError, "out of memory");
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   LOOM_CHECK(rank_seg_create(comm, &tp->self_seg));
-  comm->wake_arg = tp;
-  comm->wake_fn = tp_wake;
+  comm_set_wake(comm, tp_wake, tp);
   /* Everyone's segment exists before anyone opens; everyone has opened
    * before anyone unlinks, so nothing stays in /dev/shm. */
   LOOM_CHECK(boot_barrier(comm, &dl));
@@ -133,7 +132,7 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
 void tp_comm_fini(struct loomComm* comm) {
   struct tp_comm* tp = comm->tp;
   if (!tp) return;
-  comm->wake_fn = NULL;
+  comm_set_wake(comm, NULL, NULL);
   for (int p = 0; p < comm->nranks; p++) {
     if (tp->send_conns && tp->send_conns[p]) tp->send_conns[p]->tp->close(tp->send_conns[p]);
     if (tp->recv_conns && tp->recv_conns[p]) tp->recv_conns[p]->tp->close(tp->recv_conns[p]);

@@ -84,7 +84,9 @@ class RefEncoder {
       c = codes_[i];
     } else {
       double mid = (vals_[i - 1] + vals_[i]) / 2;  // exact in double
-      c = a < mid ? codes_[i - 1] : a > mid ? codes_[i] : (codes_[i] % 2 ? codes_[i - 1] : codes_[i]);
+      c = a < mid   ? codes_[i - 1]
+          : a > mid ? codes_[i]
+                    : (codes_[i] % 2 ? codes_[i - 1] : codes_[i]);
     }
     return sign | c;
   }
@@ -103,21 +105,46 @@ const RefEncoder& ref_encoder(const Fmt& f) {
 
 const Fmt* small_fmt(loomDataType_t t) {
   switch (t) {
-    case loomFloat16: return &kHalf;
-    case loomBfloat16: return &kBf16;
-    case loomFloat8e4m3: return &kE4m3;
-    case loomFloat8e5m2: return &kE5m2;
-    default: return nullptr;
+    case loomFloat16:
+      return &kHalf;
+    case loomBfloat16:
+      return &kBf16;
+    case loomFloat8e4m3:
+      return &kE4m3;
+    case loomFloat8e5m2:
+      return &kE5m2;
+    default:
+      return nullptr;
   }
 }
 
-uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-float f32_from(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-uint64_t f64_bits(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
-double f64_from(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+float f32_from(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+uint64_t f64_bits(double d) {
+  uint64_t u;
+  memcpy(&u, &d, 8);
+  return u;
+}
+double f64_from(uint64_t u) {
+  double d;
+  memcpy(&d, &u, 8);
+  return d;
+}
 
-bool is_int(loomDataType_t t) { return t <= loomUint64; }
-bool is_signed_int(loomDataType_t t) { return t == loomInt8 || t == loomInt32 || t == loomInt64; }
+bool is_int(loomDataType_t t) {
+  return t <= loomUint64;
+}
+bool is_signed_int(loomDataType_t t) {
+  return t == loomInt8 || t == loomInt32 || t == loomInt64;
+}
 uint64_t width_mask(loomDataType_t t) {
   size_t n = dtype_size(t);
   return n == 8 ? ~0ull : (1ull << (8 * n)) - 1;
@@ -137,28 +164,40 @@ struct Expect {
 
 float op_f32(loomRedOp_t op, float x, float y) {
   switch (op) {
-    case loomProd: return x * y;
-    case loomMax: return x > y ? x : y;
-    case loomMin: return x < y ? x : y;
-    default: return x + y;
+    case loomProd:
+      return x * y;
+    case loomMax:
+      return x > y ? x : y;
+    case loomMin:
+      return x < y ? x : y;
+    default:
+      return x + y;
   }
 }
 double op_f64(loomRedOp_t op, double x, double y) {
   switch (op) {
-    case loomProd: return x * y;
-    case loomMax: return x > y ? x : y;
-    case loomMin: return x < y ? x : y;
-    default: return x + y;
+    case loomProd:
+      return x * y;
+    case loomMax:
+      return x > y ? x : y;
+    case loomMin:
+      return x < y ? x : y;
+    default:
+      return x + y;
   }
 }
 uint64_t op_int(loomDataType_t t, loomRedOp_t op, uint64_t a, uint64_t b) {
   bool a_gt = is_signed_int(t) ? sign_extend(t, a) > sign_extend(t, b) : a > b;
   bool a_lt = is_signed_int(t) ? sign_extend(t, a) < sign_extend(t, b) : a < b;
   switch (op) {
-    case loomProd: return (a * b) & width_mask(t);
-    case loomMax: return a_gt ? a : b;
-    case loomMin: return a_lt ? a : b;
-    default: return (a + b) & width_mask(t);
+    case loomProd:
+      return (a * b) & width_mask(t);
+    case loomMax:
+      return a_gt ? a : b;
+    case loomMin:
+      return a_lt ? a : b;
+    default:
+      return (a + b) & width_mask(t);
   }
 }
 
@@ -200,27 +239,44 @@ Expect ref_div(loomDataType_t t, uint64_t a, int d) {
 
 std::vector<uint64_t> edge_values(loomDataType_t t) {
   switch (t) {
-    case loomInt8: return {0, 1, 0xff, 0x7f, 0x80};
-    case loomUint8: return {0, 1, 0xff, 0x80, 0x7f};
-    case loomInt32: case loomUint32: return {0, 1, 0xffffffff, 0x7fffffff, 0x80000000};
-    case loomInt64: case loomUint64:
+    case loomInt8:
+      return {0, 1, 0xff, 0x7f, 0x80};
+    case loomUint8:
+      return {0, 1, 0xff, 0x80, 0x7f};
+    case loomInt32:
+    case loomUint32:
+      return {0, 1, 0xffffffff, 0x7fffffff, 0x80000000};
+    case loomInt64:
+    case loomUint64:
       return {0, 1, ~0ull, 0x7fffffffffffffffull, 0x8000000000000000ull};
     case loomFloat16:
-      return {0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
-              0xfe01, 0x7fff, 0x3c00};
+      return {0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff,
+              0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe01, 0x7fff, 0x3c00};
     case loomBfloat16:
-      return {0x0000, 0x8000, 0x0001, 0x807f, 0x0080, 0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7fc0, 0x7f81,
-              0xffff, 0x3f80};
-    case loomFloat8e4m3: return {0x00, 0x80, 0x01, 0x87, 0x08, 0x7e, 0xfe, 0x7f, 0xff, 0x38};
-    case loomFloat8e5m2: return {0x00, 0x80, 0x01, 0x83, 0x04, 0x7b, 0xfb, 0x7c, 0xfc, 0x7d, 0x7e, 0xff};
+      return {0x0000, 0x8000, 0x0001, 0x807f, 0x0080, 0x7f7f, 0xff7f,
+              0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffff, 0x3f80};
+    case loomFloat8e4m3:
+      return {0x00, 0x80, 0x01, 0x87, 0x08, 0x7e, 0xfe, 0x7f, 0xff, 0x38};
+    case loomFloat8e5m2:
+      return {0x00, 0x80, 0x01, 0x83, 0x04, 0x7b, 0xfb, 0x7c, 0xfc, 0x7d, 0x7e, 0xff};
     case loomFloat32:
       return {0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000, 0x7f800001,
               0x7fc12345, 0x00000001, 0x807fffff, 0x00800000, 0x7f7fffff, 0xff7fffff, 0x3f800000};
     default:  // float64
-      return {0, 0x8000000000000000ull, 0x7ff0000000000000ull, 0xfff0000000000000ull,
-              0x7ff8000000000000ull, 0xfff8000000000000ull, 0x7ff0000000000001ull,
-              0x7ff8000012345678ull, 1, 0x800fffffffffffffull, 0x0010000000000000ull,
-              0x7fefffffffffffffull, 0xffefffffffffffffull, 0x3ff0000000000000ull};
+      return {0,
+              0x8000000000000000ull,
+              0x7ff0000000000000ull,
+              0xfff0000000000000ull,
+              0x7ff8000000000000ull,
+              0xfff8000000000000ull,
+              0x7ff0000000000001ull,
+              0x7ff8000012345678ull,
+              1,
+              0x800fffffffffffffull,
+              0x0010000000000000ull,
+              0x7fefffffffffffffull,
+              0xffefffffffffffffull,
+              0x3ff0000000000000ull};
   }
 }
 
@@ -232,11 +288,16 @@ std::vector<uint64_t> random_values(loomDataType_t t, size_t n, std::mt19937_64&
   for (auto& x : v) {
     unsigned kind = rng() % 8;
     double r = real(rng);
-    if (kind == 0) x = edges[rng() % edges.size()];
-    else if (kind < 3 || is_int(t)) x = rng() & width_mask(t);
-    else if (t == loomFloat64) x = f64_bits(r);
-    else if (t == loomFloat32) x = f32_bits(float(r));
-    else x = uint64_t(ref_encoder(*small_fmt(t)).encode(float(r)));
+    if (kind == 0)
+      x = edges[rng() % edges.size()];
+    else if (kind < 3 || is_int(t))
+      x = rng() & width_mask(t);
+    else if (t == loomFloat64)
+      x = f64_bits(r);
+    else if (t == loomFloat32)
+      x = f32_bits(float(r));
+    else
+      x = uint64_t(ref_encoder(*small_fmt(t)).encode(float(r)));
   }
   return v;
 }
@@ -247,14 +308,19 @@ class Buf {
  public:
   static constexpr size_t kGuard = 64;
   Buf(loomDataType_t t, size_t n, size_t offset)
-      : t_(t), n_(n), off_(kGuard + offset), raw_(kGuard * 2 + offset + n * dtype_size(t) + 64, 0xa5) {}
+      : t_(t),
+        n_(n),
+        off_(kGuard + offset),
+        raw_(kGuard * 2 + offset + n * dtype_size(t) + 64, 0xa5) {}
   void* ptr() { return raw_.data() + off_; }
   uint64_t get(size_t i) const {
     uint64_t v = 0;
     memcpy(&v, raw_.data() + off_ + i * dtype_size(t_), dtype_size(t_));
     return v;
   }
-  void set(size_t i, uint64_t v) { memcpy(raw_.data() + off_ + i * dtype_size(t_), &v, dtype_size(t_)); }
+  void set(size_t i, uint64_t v) {
+    memcpy(raw_.data() + off_ + i * dtype_size(t_), &v, dtype_size(t_));
+  }
   void fill(const std::vector<uint64_t>& v) {
     for (size_t i = 0; i < n_; i++) set(i, v[i]);
   }
@@ -351,8 +417,18 @@ TEST_P(Convert, EveryCodeDecodesAndRoundTrips) {
 TEST_P(Convert, EncodeMatchesEnumeration) {
   const Codec& c = GetParam();
   const RefEncoder& ref = ref_encoder(*c.fmt);
-  std::vector<float> xs = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, f32_from(0x7f800001),
-                           f32_from(1), f32_from(0x807fffff), FLT_MAX, -FLT_MAX, FLT_MIN};
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           INFINITY,
+                           -INFINITY,
+                           NAN,
+                           -NAN,
+                           f32_from(0x7f800001),
+                           f32_from(1),
+                           f32_from(0x807fffff),
+                           FLT_MAX,
+                           -FLT_MAX,
+                           FLT_MIN};
   const std::vector<double>& v = ref.values();
   for (size_t i = 1; i < v.size(); i++) {
     float mid = float((v[i - 1] + v[i]) / 2);
@@ -385,7 +461,7 @@ TEST(ConvertAnchors, OverflowAndSaturation) {
   EXPECT_EQ(float_to_half(65519.99f), 0x7bff);
   EXPECT_EQ(float_to_half(65520.0f), 0x7c00);
   EXPECT_EQ(float_to_half(-1e10f), 0xfc00);
-  EXPECT_EQ(float_to_half(0x1p-25f), 0x0000);            // tie with the smallest subnormal
+  EXPECT_EQ(float_to_half(0x1p-25f), 0x0000);  // tie with the smallest subnormal
   EXPECT_EQ(float_to_half(0x1.000002p-25f), 0x0001);
   EXPECT_EQ(float_to_bf16(f32_from(0x7f7fffff)), 0x7f80);
   EXPECT_EQ(float_to_bf16(f32_from(0x00018000)), 0x0002);  // subnormals are kept
@@ -457,7 +533,8 @@ TEST_P(Kernels, ReduceMatchesReferenceAndScalar) {
                              std::to_string(off.dst) + "/" + std::to_string(off.a) + "/" +
                              std::to_string(off.b) + " alias " + std::to_string(alias);
           std::vector<uint64_t> va = random_values(t, n, rng_), vb = random_values(t, n, rng_);
-          Buf a(t, n, off.a), b(t, n, off.b), d(t, n, off.dst), sa(t, n, 0), sb(t, n, 0), sd(t, n, 0);
+          Buf a(t, n, off.a), b(t, n, off.b), d(t, n, off.dst), sa(t, n, 0), sb(t, n, 0),
+              sd(t, n, 0);
           a.fill(va), b.fill(vb), sa.fill(va), sb.fill(vb);
           Buf& dst = alias == kDstIsA ? a : alias == kDstIsB ? b : d;
           cpu_reduce_isa(isa, t, op, dst.ptr(), a.ptr(), b.ptr(), n);
@@ -541,7 +618,8 @@ TEST(Dispatch, ActiveIsaIsSupported) {
 TEST(Dispatch, PublicEntryPointsUseTheActiveIsa) {
   std::mt19937_64 rng(5);
   const size_t n = 1000;
-  std::vector<uint64_t> va = random_values(loomFloat16, n, rng), vb = random_values(loomFloat16, n, rng);
+  std::vector<uint64_t> va = random_values(loomFloat16, n, rng),
+                        vb = random_values(loomFloat16, n, rng);
   Buf a(loomFloat16, n, 0), b(loomFloat16, n, 0), d(loomFloat16, n, 0), r(loomFloat16, n, 0);
   a.fill(va), b.fill(vb);
   cpu_reduce(loomFloat16, loomAvg, d.ptr(), a.ptr(), b.ptr(), n);

@@ -3,9 +3,8 @@
 // in-process rendezvous with threads as ranks: strangers on the port, missing
 // and duplicate ranks, failure detection after init. Waits on other threads
 // are hang guards with generous deadlines, never timing assertions.
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -123,7 +122,8 @@ loomResult_t HelloCheck(const boot_hello& h, size_t len, std::string* why_out = 
 }
 
 TEST(BootWire, HelloAcceptsValid) {
-  for (int r = 1; r < 4; r++) EXPECT_EQ(HelloCheck(Hello(0xfeed, 4, r), sizeof(boot_hello)), loomSuccess);
+  for (int r = 1; r < 4; r++)
+    EXPECT_EQ(HelloCheck(Hello(0xfeed, 4, r), sizeof(boot_hello)), loomSuccess);
 }
 
 TEST(BootWire, HelloRejectsWrongSecret) {
@@ -241,7 +241,8 @@ TEST(BootSock, TransfersMoveBytesAndHonourDeadlines) {
   deadline dl = deadline_in_ms(5000);
   std::vector<char> out(1 << 20, 'x'), in(out.size());
   // Bigger than the socket buffer: the sender has to wait for the reader.
-  std::thread reader([&] { EXPECT_EQ(sock_recv_all(p.fd[1], in.data(), in.size(), &dl, nullptr), 0); });
+  std::thread reader(
+      [&] { EXPECT_EQ(sock_recv_all(p.fd[1], in.data(), in.size(), &dl, nullptr), 0); });
   EXPECT_EQ(sock_send_all(p.fd[0], out.data(), out.size(), &dl, nullptr), 0);
   reader.join();
   EXPECT_EQ(in, out);
@@ -376,7 +377,8 @@ TEST(BootRendezvous, FourRanksGatherAndBarrier) {
   std::vector<Rank> ranks(n);
   std::vector<std::string> gather(n);
   for (int r = 0; r < n; r++)
-    StartRank(ranks[r], id, n, r, 20000, [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
+    StartRank(ranks[r], id, n, r, 20000,
+              [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
   for (auto& rk : ranks) rk.th.join();
   for (int r = 0; r < n; r++) {
     ASSERT_EQ(ranks[r].init, loomSuccess) << "rank " << r << ": " << ranks[r].why;
@@ -407,7 +409,7 @@ TEST(BootRendezvous, IdFromAddressWithoutListener) {
   ASSERT_EQ(sock_addr_parse("127.0.0.1:1", &probe), loomSuccess);
   int fd;
   probe.sin.sin_port = 0;
-  ASSERT_EQ(sock_listen(nullptr, &probe, &fd), loomSuccess); // find a free port
+  ASSERT_EQ(sock_listen(nullptr, &probe, &fd), loomSuccess);  // find a free port
   close(fd);
   boot_id id;
   ASSERT_EQ(boot_id_from_addr(AddrText(probe).c_str(), 0x1234abcdULL, 0, &id), loomSuccess);
@@ -415,7 +417,8 @@ TEST(BootRendezvous, IdFromAddressWithoutListener) {
   std::vector<std::string> gather(3);
   // The others start first: they retry until rank 0 listens.
   for (int r = 2; r >= 0; r--) {
-    StartRank(ranks[r], id, 3, r, 20000, [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
+    StartRank(ranks[r], id, 3, r, 20000,
+              [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
     if (r > 0) std::this_thread::sleep_for(50ms);
   }
   for (int r = 0; r < 3; r++) {
@@ -438,14 +441,15 @@ TEST(BootRendezvous, Ipv6FromAddressWithListener) {
   }
   socklen_t len = sizeof(probe.sin6);
   ASSERT_EQ(getsockname(fd, &probe.sa, &len), 0);
-  close(fd); // a free port, to name in the address
+  close(fd);  // a free port, to name in the address
   boot_id id;
   ASSERT_EQ(boot_id_from_addr(AddrText(probe).c_str(), 0x5eedULL, 1, &id), loomSuccess);
   EXPECT_EQ(id.family, AF_INET6);
   std::vector<Rank> ranks(3);
   std::vector<std::string> gather(3);
   for (int r = 0; r < 3; r++)
-    StartRank(ranks[r], id, 3, r, 20000, [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
+    StartRank(ranks[r], id, 3, r, 20000,
+              [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
   for (int r = 0; r < 3; r++) {
     ranks[r].th.join();
     EXPECT_EQ(ranks[r].init, loomSuccess) << ranks[r].why;
@@ -495,9 +499,10 @@ TEST(BootRendezvous, StrangersDoNotDisturb) {
   std::vector<Rank> ranks(n);
   std::vector<std::string> gather(n);
   auto start = [&](int r) {
-    StartRank(ranks[r], id, n, r, 20000, [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
+    StartRank(ranks[r], id, n, r, 20000,
+              [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
   };
-  int silent = DialBlocking(a); // before rank 0 even runs: sits in the backlog
+  int silent = DialBlocking(a);  // before rank 0 even runs: sits in the backlog
   ASSERT_GE(silent, 0);
   start(0);
 
@@ -506,7 +511,7 @@ TEST(BootRendezvous, StrangersDoNotDisturb) {
   std::vector<uint8_t> junk(100, 0xab);
   ASSERT_EQ(send(garbage, junk.data(), junk.size(), MSG_NOSIGNAL), (ssize_t)junk.size());
 
-  int huge = DialBlocking(a); // a valid-looking header with an absurd length
+  int huge = DialBlocking(a);  // a valid-looking header with an absurd length
   ASSERT_GE(huge, 0);
   boot_hdr hh = Hdr(BOOT_HELLO, 0xfffffff0u);
   ASSERT_EQ(send(huge, &hh, sizeof(hh), MSG_NOSIGNAL), (ssize_t)sizeof(hh));
@@ -540,7 +545,7 @@ TEST(BootRendezvous, StrangersDoNotDisturb) {
 TEST(BootRendezvous, MissingRankTimesOut) {
   boot_id id;
   ASSERT_EQ(boot_id_create(&id), loomSuccess);
-  std::vector<Rank> ranks(2); // of 3: rank 2 never comes
+  std::vector<Rank> ranks(2);  // of 3: rank 2 never comes
   for (int r = 0; r < 2; r++) StartRank(ranks[r], id, 3, r, 1500);
   for (auto& rk : ranks) rk.th.join();
   EXPECT_EQ(ranks[0].init, loomTimeout) << ranks[0].why;
@@ -556,7 +561,7 @@ TEST(BootRendezvous, RootThatNeverComesTimesOut) {
   int fd;
   probe.sin.sin_port = 0;
   ASSERT_EQ(sock_listen(nullptr, &probe, &fd), loomSuccess);
-  close(fd); // nobody listens there now
+  close(fd);  // nobody listens there now
   boot_id id;
   ASSERT_EQ(boot_id_from_addr(AddrText(probe).c_str(), 77, 0, &id), loomSuccess);
   Rank rk;
@@ -620,7 +625,7 @@ TEST(BootRendezvous, DuplicateRankIsRefused) {
   EXPECT_TRUE(WaitFor([&] { return ended.load() > 0; })) << "no claimant of rank 1 was refused";
   StartRank(ranks[2], id, n, 2, 20000, body);
   for (Rank* rk : {&ranks[1], &twin[0]}) rk->th.join();
-  if (ranks[1].init != loomSuccess) std::swap(ranks[1], twin[0]); // keep the winner
+  if (ranks[1].init != loomSuccess) std::swap(ranks[1], twin[0]);  // keep the winner
   EXPECT_EQ(twin[0].init, loomInvalidUsage) << twin[0].why;
   EXPECT_NE(twin[0].why.find("already joined"), std::string::npos) << twin[0].why;
   JoinAndCheck(ranks, gather);
@@ -692,7 +697,7 @@ TEST_P(BootFailure, AbortedPeerIsReportedEverywhere) {
   const int n = 4, victim = GetParam();
   std::vector<Rank> ranks;
   ASSERT_NO_FATAL_FAILURE(Bringup(ranks, n));
-  boot_fini(ranks[victim].comm, 0); // like a crash: no goodbye
+  boot_fini(ranks[victim].comm, 0);  // like a crash: no goodbye
   for (int r = 0; r < n; r++) {
     if (r == victim) continue;
     loomComm* c = ranks[r].comm;
@@ -716,7 +721,7 @@ TEST(BootFailureClean, GoodbyeIsNotAFailure) {
   std::vector<Rank> ranks;
   ASSERT_NO_FATAL_FAILURE(Bringup(ranks, n));
   boot_fini(ranks[2].comm, 1);
-  boot_fini(ranks[0].comm, 1); // the root too: its goodbye reaches everyone
+  boot_fini(ranks[0].comm, 1);  // the root too: its goodbye reaches everyone
   // Give the watchers time to see both closes; an error would show by then.
   std::this_thread::sleep_for(300ms);
   for (int r : {1, 3}) EXPECT_EQ(comm_health(ranks[r].comm), loomSuccess) << err_thread_last();

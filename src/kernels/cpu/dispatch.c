@@ -104,7 +104,9 @@ static int op_index(loomRedOp_t op) {
   }
 }
 
-static int type_valid(loomDataType_t t) { return (unsigned)t < loomNumTypes; }
+static int type_valid(loomDataType_t t) {
+  return (unsigned)t < loomNumTypes;
+}
 
 static void reduce_with(const struct cpu_kernel_table* k, loomDataType_t t, loomRedOp_t op,
                         void* dst, const void* a, const void* b, size_t count) {
@@ -113,16 +115,16 @@ static void reduce_with(const struct cpu_kernel_table* k, loomDataType_t t, loom
   k->reduce[t][o](dst, a, b, count);
 }
 
-static void div_with(const struct cpu_kernel_table* k, loomDataType_t t, void* dst,
-                     const void* src, size_t count, int divisor) {
+static void div_with(const struct cpu_kernel_table* k, loomDataType_t t, void* dst, const void* src,
+                     size_t count, int divisor) {
   if (k == NULL || !type_valid(t) || count == 0) return;
   /* Integer division by zero would trap; floats give inf/NaN as IEEE says. */
   if (divisor == 0 && t <= loomUint64) return;
   k->div[t](dst, src, count, divisor);
 }
 
-static void mul_with(const struct cpu_kernel_table* k, loomDataType_t t, void* dst,
-                     const void* src, size_t count, const void* scalar) {
+static void mul_with(const struct cpu_kernel_table* k, loomDataType_t t, void* dst, const void* src,
+                     size_t count, const void* scalar) {
   if (k == NULL || !type_valid(t) || count == 0) return;
   k->mul_scalar[t](dst, src, count, scalar);
 }
