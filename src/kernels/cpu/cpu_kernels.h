@@ -16,6 +16,10 @@
 
 #include "loom.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum cpu_isa { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2, CPU_ISA_COUNT };
 
 /* Bytes of one element; 0 for an unknown type. */
@@ -45,6 +49,10 @@ const char* cpu_isa_name(enum cpu_isa isa);
  * ISA must be supported. */
 void cpu_reduce_isa(enum cpu_isa isa, loomDataType_t t, loomRedOp_t op, void* dst, const void* a,
                     const void* b, size_t count);
+void cpu_div_isa(enum cpu_isa isa, loomDataType_t t, void* dst, const void* src, size_t count,
+                 int divisor);
+void cpu_mul_scalar_isa(enum cpu_isa isa, loomDataType_t t, void* dst, const void* src,
+                        size_t count, const void* scalar);
 
 /* Scalar conversions, exact round-to-nearest-even. */
 float half_to_float(uint16_t h);
@@ -55,5 +63,9 @@ float fp8e4m3_to_float(uint8_t v);
 uint8_t float_to_fp8e4m3(float f); /* saturates to +-448 (no infinities), NaN stays NaN */
 float fp8e5m2_to_float(uint8_t v);
 uint8_t float_to_fp8e5m2(float f); /* overflow rounds to infinity as IEEE does */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -49,12 +49,6 @@ extern const struct cpu_kernel_table cpu_kernels_scalar;
 extern const struct cpu_kernel_table cpu_kernels_avx2;
 extern const struct cpu_kernel_table cpu_kernels_avx512;
 
-/* cpu_div and cpu_mul_scalar for one ISA, as cpu_reduce_isa is for
- * cpu_reduce: for the tests that compare variants. Defined in dispatch.c. */
-void cpu_div_isa(enum cpu_isa isa, loomDataType_t t, void* dst, const void* src, size_t count,
-                 int divisor);
-void cpu_mul_scalar_isa(enum cpu_isa isa, loomDataType_t t, void* dst, const void* src,
-                        size_t count, const void* scalar);
 
 #ifdef __cplusplus
 }
