@@ -29,6 +29,7 @@ void coll_comm_fini(struct loomComm* comm) {
   if (!cc) return;
   pthread_mutex_destroy(&cc->exec_lock);
   pthread_mutex_destroy(&cc->ops_lock);
+  free(cc->scratch);
   free(cc);
   comm->coll = NULL;
 }
@@ -344,6 +345,7 @@ static loomResult_t env_rendezvous(int* rank, int* size, char* root, size_t root
 
 loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   if (!comm) return err_set(NULL, loomInvalidArgument, "invalid argument: comm pointer is NULL");
+  LOOM_CHECK(check_config(config));
   int rank = 0, size = 0;
   char root[256];
   LOOM_CHECK(env_rendezvous(&rank, &size, root, sizeof(root)));
@@ -362,7 +364,9 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   }
   struct boot_id id;
   LOOM_CHECK(boot_id_from_addr(root, secret, rank == 0, &id));
-  return init_rank(comm, size, &id, rank, config);
+  loomResult_t r = init_rank(comm, size, &id, rank, config);
+  if (r != loomSuccess && r != loomInProgress) boot_id_release(&id); /* a retry can bind again */
+  return r;
 }
 
 /* ---- Init of several ranks in this process ---- */

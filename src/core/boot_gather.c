@@ -9,6 +9,7 @@
  * and the communicator's error state. */
 #include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -93,7 +94,16 @@ static loomResult_t mail_wait(struct bootstrap* b, uint32_t tag, int from, const
  * that cause wins over the socket's errno. */
 static loomResult_t send_error(struct bootstrap* b, int err, const char* what, int peer) {
   struct loomComm* comm = b->comm;
+  /* A peer that went away may have told us why just before: give the
+   * watcher a moment to read that notice, so the error names the rank that
+   * failed rather than the messenger. */
+  struct deadline grace = deadline_in_ms(500);
   int state = atomic_load(&comm->async_error);
+  while ((state == loomSuccess || state == loomInProgress) && err != ECANCELED &&
+         !deadline_passed(&grace)) {
+    usleep(5000);
+    state = atomic_load(&comm->async_error);
+  }
   if (state != loomSuccess && state != loomInProgress && err != ECANCELED) {
     LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: sending %s to rank %d failed: %s (communicator failed)",
               what, peer, sock_err_str(err));

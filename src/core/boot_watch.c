@@ -84,6 +84,10 @@ static void watcher_stop(struct bootstrap* b) {
 }
 
 void boot_state_free(struct bootstrap* b, int clean) {
+  /* A failed communicator says no goodbye: its peers must not take its
+   * departure for a clean one. */
+  int state = atomic_load(&b->comm->async_error);
+  if (state != loomSuccess && state != loomInProgress) clean = 0;
   atomic_store(&b->stopping, 1); /* closes from here on are ours, not failures */
   if (clean) say_bye(b);
   /* Shut down first so that peers learn at once, even before the join. */
@@ -93,7 +97,7 @@ void boot_state_free(struct bootstrap* b, int clean) {
   for (int i = 0; i < b->nlinks; i++) {
     struct boot_link* l = &b->links[i];
     if (l->fd >= 0) {
-      if (clean) drain(l->fd);
+      drain(l->fd); /* never waits; makes close send FIN, not a reset */
       close(l->fd);
     }
     free(l->msg);
@@ -157,9 +161,11 @@ static void failure_broadcast(struct bootstrap* b, int peer, loomResult_t code, 
 void boot_peer_failed(struct bootstrap* b, int peer, loomResult_t code, const char* why) {
   struct boot_link* l = link_of(b, peer);
   if (l != NULL && atomic_exchange(&l->dead, 1)) return; /* reported already */
+  /* Tell the others first: once local waiters wake, this rank may tear its
+   * sockets down, and the notice would be lost. */
+  if (b->comm->rank == 0) failure_broadcast(b, peer, code, why);
   comm_set_failed(b->comm, peer, code, "%s", why);
   mail_wake(b);
-  if (b->comm->rank == 0) failure_broadcast(b, peer, code, why);
 }
 
 /* ---- The watcher -------------------------------------------------------------- */

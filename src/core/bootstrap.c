@@ -200,6 +200,11 @@ int boot_registry_take(uint64_t secret) {
   return fd;
 }
 
+void boot_id_release(const struct boot_id* id) {
+  int fd = boot_registry_take(id->secret);
+  if (fd >= 0) sock_close(fd);
+}
+
 static loomResult_t secret_new(uint64_t* out) {
   uint64_t s = 0;
   while (s == 0) LOOM_CHECK(random_bytes(&s, sizeof(s))); /* 0 reads as "unset" */

@@ -89,6 +89,10 @@ loomResult_t boot_id_create(struct boot_id* id_out);
 loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen,
                                struct boot_id* id_out);
 
+/* Closes the listening socket an id opened in this process, if it is still
+ * waiting for rank 0 to take it (a rank-0 init that failed before joining). */
+void boot_id_release(const struct boot_id* id);
+
 /* Joins the communicator: connects to rank 0 (retrying until the deadline),
  * proves the secret, exchanges peer_info; rank 0 accepts the others. Fills
  * comm->peers and comm->comm_hash and starts the watcher. Gives up after

@@ -144,13 +144,17 @@ static loomResult_t local_send_progress(struct local_conn* c) {
     posted = 1;
   }
   if (posted && c->peer_bell) bell_ring(c->peer_bell);
+  /* Look at closed before the final look at tail: a receiver that takes the
+   * last slot and then closes must not turn a finished send into an error. */
+  int closed = atomic_load_explicit(&f->closed, memory_order_acquire);
+  tail = atomic_load_explicit(&f->tail, memory_order_acquire);
   struct xfer* x;
   while ((x = c->base.head) != NULL && x->state == 2 && (int32_t)((uint32_t)tail - x->slot) > 0) {
     x->done = x->bytes;
     x->state = 1;
     conn_queue_pop(&c->base);
   }
-  if (c->base.head && atomic_load_explicit(&f->closed, memory_order_relaxed))
+  if (c->base.head && closed)
     return peer_gone(&c->base, "closed the connection before taking the data (aborted or destroyed)");
   return loomSuccess;
 }
@@ -193,8 +197,9 @@ static loomResult_t local_recv_progress(struct local_conn* c) {
     moved = 1;
   }
   if (moved && c->peer_bell) bell_ring(c->peer_bell);
-  if (res == loomSuccess && c->base.head && tail == head &&
-      atomic_load_explicit(&f->closed, memory_order_relaxed))
+  /* closed first, then head again: data posted before the close still counts. */
+  if (res == loomSuccess && c->base.head && atomic_load_explicit(&f->closed, memory_order_acquire) &&
+      atomic_load_explicit(&f->head, memory_order_acquire) == tail)
     res = peer_gone(&c->base, "closed the connection (aborted or destroyed)");
   return res;
 }

@@ -151,7 +151,8 @@ static loomResult_t shm_send_progress(struct shm_conn* c) {
   int moved = 0;
   struct xfer* x;
   while ((x = c->base.head) != NULL) {
-    if (atomic_load_explicit(&f->closed, memory_order_relaxed)) return peer_closed(&c->base);
+    /* A receiver that closed takes nothing more: what is queued cannot go. */
+    if (atomic_load_explicit(&f->closed, memory_order_acquire)) return peer_closed(&c->base);
     while (x->done < x->bytes && head - tail < f->nslots) {
       uint32_t i = (uint32_t)(head % f->nslots);
       size_t n = LOOM_MIN((size_t)f->slot_bytes, x->bytes - x->done);
@@ -206,7 +207,9 @@ static loomResult_t shm_recv_progress(struct shm_conn* c) {
       if (tail == head) head = atomic_load_explicit(&f->head, memory_order_acquire);
     }
     if (x->done < x->bytes) {
-      if (tail == head && atomic_load_explicit(&f->closed, memory_order_relaxed))
+      /* closed first, then head again: data posted before the close counts. */
+      if (tail == head && atomic_load_explicit(&f->closed, memory_order_acquire) &&
+          atomic_load_explicit(&f->head, memory_order_acquire) == tail)
         res = peer_closed(&c->base);
       break;
     }

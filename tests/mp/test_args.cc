@@ -1,0 +1,793 @@
+// test_args.cc - bad arguments, as API.md's "Bad arguments" sentence has it:
+// NULL communicator, NULL buffer with count > 0, unknown datatype or op, peer
+// out of range, overlapping buffers that are not the in-place case (and, for
+// the init functions: nranks < 1, rank out of range, NULL comm pointer, a
+// config not from LOOM_CONFIG_INITIALIZER, a garbage unique id) each return
+// loomInvalidArgument on the calling rank, at once, with a loomGetLastError
+// text naming the problem, without touching any buffer or hanging any peer.
+//
+// Every case runs on several ranks (process and thread ranks): one rank makes
+// the bad call while its peers already wait in an all-reduce with it; the bad
+// rank checks the code, the time, the text and every byte of its buffers,
+// then makes the correct calls, and every rank checks that an all-reduce, a
+// PreMulSum all-reduce and a send/receive ring all complete with the right
+// results (nothing lost, nothing hung, nothing left queued).
+//
+// Functions that are not available yet return loomInvalidUsage saying so.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using harness::Ctx;
+using harness::Mode;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kCount = 1000;
+// A bad call checks its arguments and returns: a hang guard, not a timing.
+constexpr double kImmediateS = 1.0;
+// Peers wait in the all-reduce while the bad rank calls; a lost or misrouted
+// call would leave them waiting, so keep the communicator's own timeout
+// shorter than the harness's but long enough never to fire in a good run.
+constexpr int kCommTimeoutMs = 10000;
+
+// ---- Texts --------------------------------------------------------------------
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = (char)std::tolower((unsigned char)ch);
+  return s;
+}
+
+// Each group is a list of alternatives; the text must hold one of each group
+// (case-insensitive). "$N" stands for the number of ranks.
+using Words = std::vector<std::vector<std::string>>;
+
+::testing::AssertionResult names_all(const std::string& text, const Words& words, int nranks) {
+  std::string t = lower(text);
+  for (const auto& group : words) {
+    bool any = false;
+    for (std::string w : group) {
+      size_t p = w.find("$N");
+      if (p != std::string::npos) w.replace(p, 2, std::to_string(nranks));
+      any |= t.find(lower(w)) != std::string::npos;
+    }
+    if (!any) {
+      std::string alts;
+      for (const auto& w : group) alts += (alts.empty() ? "'" : " or '") + w + "'";
+      return ::testing::AssertionFailure()
+             << "the error text \"" << text << "\" does not name " << alts;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ---- The bad rank's memory ------------------------------------------------------
+
+// Everything a bad call could write: the buffers and the scalar outputs.
+struct Bufs {
+  std::vector<int32_t> send, recv;
+  loomRedOp_t op_out = (loomRedOp_t)0x5A5A5A5A;
+  int int_out = 0x5A5A5A5A;
+  loomResult_t res_out = (loomResult_t)0x5A5A5A5A;
+  loomComm_t comm_out = reinterpret_cast<loomComm_t>(static_cast<uintptr_t>(0x5A5A5A5A));
+  loomComm_t comms_out[4] = {comm_out, comm_out, comm_out, comm_out};
+};
+
+int32_t input(int rank, size_t i) {
+  return (int32_t)((rank + 1) * 1000 + (int)(i % 97));
+}
+
+Bufs make_bufs(int rank) {
+  Bufs b;
+  b.send.resize(kCount);
+  b.recv.assign(kCount, 0x5A5A5A5A);
+  for (size_t i = 0; i < kCount; i++) b.send[i] = input(rank, i);
+  return b;
+}
+
+void expect_untouched(const Bufs& got, const Bufs& was) {
+  EXPECT_EQ(memcmp(got.send.data(), was.send.data(), kCount * sizeof(int32_t)), 0)
+      << "the bad call wrote into sendbuff";
+  EXPECT_EQ(memcmp(got.recv.data(), was.recv.data(), kCount * sizeof(int32_t)), 0)
+      << "the bad call wrote into recvbuff";
+  EXPECT_EQ(got.op_out, was.op_out) << "the bad call wrote *op";
+  EXPECT_EQ(got.int_out, was.int_out) << "the bad call wrote its int output";
+  EXPECT_EQ(got.res_out, was.res_out) << "the bad call wrote *asyncError";
+  EXPECT_EQ(got.comm_out, was.comm_out) << "the bad call wrote *comm";
+  EXPECT_EQ(memcmp(got.comms_out, was.comms_out, sizeof(got.comms_out)), 0)
+      << "the bad call wrote comms[]";
+}
+
+// ---- The good calls that follow -----------------------------------------------------
+
+void good_allreduce(const Ctx& c, Bufs& b, const char* which) {
+  SCOPED_TRACE(which);
+  ASSERT_LOOM_OK(
+      loomAllReduce(b.send.data(), b.recv.data(), kCount, loomInt32, loomSum, c.comm, nullptr));
+  int n = c.nranks;
+  for (size_t i = 0; i < kCount; i++)
+    ASSERT_EQ(b.recv[i], (int32_t)(1000 * n * (n + 1) / 2 + n * (int)(i % 97)))
+        << "rank " << c.rank << " element " << i;
+}
+
+void good_premulsum(const Ctx& c) {
+  float scalar = 2.0f;
+  loomRedOp_t pm;
+  ASSERT_LOOM_OK(
+      loomRedOpCreatePreMulSum(&pm, &scalar, loomFloat32, loomScalarHostImmediate, c.comm));
+  std::vector<float> v(kCount, (float)(c.rank + 1));
+  ASSERT_LOOM_OK(loomAllReduce(v.data(), v.data(), kCount, loomFloat32, pm, c.comm, nullptr));
+  float want = 2.0f * (float)(c.nranks * (c.nranks + 1) / 2);
+  for (size_t i = 0; i < kCount; i++)
+    ASSERT_EQ(v[i], want) << "rank " << c.rank << " element " << i;
+  ASSERT_LOOM_OK(loomRedOpDestroy(pm, c.comm));
+}
+
+// Each rank sends to the next and receives from the one before.
+void good_ring(const Ctx& c) {
+  int next = (c.rank + 1) % c.nranks, prev = (c.rank + c.nranks - 1) % c.nranks;
+  std::vector<int32_t> out(kCount), in(kCount, -1);
+  for (size_t i = 0; i < kCount; i++) out[i] = input(c.rank, i);
+  ASSERT_LOOM_OK(loomGroupStart());
+  EXPECT_LOOM_OK(loomSend(out.data(), kCount, loomInt32, next, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomRecv(in.data(), kCount, loomInt32, prev, c.comm, nullptr));
+  ASSERT_LOOM_OK(loomGroupEnd());
+  for (size_t i = 0; i < kCount; i++) ASSERT_EQ(in[i], input(prev, i)) << "element " << i;
+}
+
+// Everything a rank does after the bad call: all of it must go through.
+void good_phase(const Ctx& c, Bufs& b) {
+  good_allreduce(c, b, "the first all-reduce after the bad call");
+  if (::testing::Test::HasFatalFailure()) return;
+  good_premulsum(c);
+  if (::testing::Test::HasFatalFailure()) return;
+  good_ring(c);
+  if (::testing::Test::HasFatalFailure()) return;
+  // A second all-reduce: a bad call must not have left anything queued.
+  Bufs again = make_bufs(c.rank);
+  good_allreduce(c, again, "the last all-reduce");
+}
+
+// ---- Cases ------------------------------------------------------------------------
+
+struct Case {
+  const char* name;
+  loomResult_t want;
+  Words words;
+  bool on_comm;  // the call passes the live communicator: its last error explains too
+  std::function<loomResult_t(const Ctx&, Bufs&)> call;
+};
+
+// A second communicator of this rank alone.
+loomComm_t solo_comm() {
+  loomComm_t other = nullptr;
+  EXPECT_LOOM_OK(loomCommInitAll(&other, 1, nullptr));
+  return other;
+}
+
+const loomScalarResidence_t kImm = loomScalarHostImmediate;
+float g_two = 2.0f;  // a PreMulSum scalar; HostImmediate reads it at creation
+
+const Words kNullComm = {{"communicator", "comm"}, {"null"}};
+
+std::vector<Case> collective_cases() {
+  const loomDataType_t i32 = loomInt32;
+  std::vector<Case> v = {
+      // ---- loomAllReduce ----
+      {"AllReduceNullComm", loomInvalidArgument, kNullComm, false,
+       [](const Ctx&, Bufs& b) {
+         return loomAllReduce(b.send.data(), b.recv.data(), kCount, loomInt32, loomSum, nullptr,
+                              nullptr);
+       }},
+      {"AllReduceNullSendbuff",
+       loomInvalidArgument,
+       {{"sendbuff", "send"}, {"null"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllReduce(nullptr, b.recv.data(), kCount, i32, loomSum, c.comm, nullptr);
+       }},
+      {"AllReduceNullRecvbuff",
+       loomInvalidArgument,
+       {{"recvbuff", "recv"}, {"null"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data(), nullptr, kCount, i32, loomSum, c.comm, nullptr);
+       }},
+      {"AllReduceNullInPlace",
+       loomInvalidArgument,
+       {{"null"}},
+       true,
+       [i32](const Ctx& c, Bufs&) {
+         return loomAllReduce(nullptr, nullptr, kCount, i32, loomSum, c.comm, nullptr);
+       }},
+      {"AllReduceDatatypeNumTypes",
+       loomInvalidArgument,
+       {{"datatype", "type"}, {"12"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data(), b.recv.data(), kCount, loomNumTypes, loomSum, c.comm,
+                              nullptr);
+       }},
+      {"AllReduceDatatypeNegative",
+       loomInvalidArgument,
+       {{"datatype", "type"}, {"-1"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data(), b.recv.data(), kCount, (loomDataType_t)-1, loomSum,
+                              c.comm, nullptr);
+       }},
+      {"AllReduceOpNumOps",
+       loomInvalidArgument,
+       {{"op"}, {"5"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data(), b.recv.data(), kCount, i32, loomNumOps, c.comm,
+                              nullptr);
+       }},
+      {"AllReduceOpNegative",
+       loomInvalidArgument,
+       {{"op"}, {"-1"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data(), b.recv.data(), kCount, i32, (loomRedOp_t)-1, c.comm,
+                              nullptr);
+       }},
+      {"AllReduceOpMaxRedOp",
+       loomInvalidArgument,
+       {{"op"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data(), b.recv.data(), kCount, i32, loomMaxRedOp, c.comm,
+                              nullptr);
+       }},
+      {"AllReduceRecvOverlapsSendAfter",
+       loomInvalidArgument,
+       {{"overlap"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data(), b.send.data() + 1, kCount - 1, i32, loomSum, c.comm,
+                              nullptr);
+       }},
+      {"AllReduceRecvOverlapsSendBefore",
+       loomInvalidArgument,
+       {{"overlap"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data() + 1, b.send.data(), kCount - 1, i32, loomSum, c.comm,
+                              nullptr);
+       }},
+      {"AllReducePreMulSumWrongDatatype",
+       loomInvalidArgument,
+       {{"premulsum", "op"}, {"float32", "float"}, {"int32"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         loomRedOp_t pm;
+         EXPECT_LOOM_OK(loomRedOpCreatePreMulSum(&pm, &g_two, loomFloat32, kImm, c.comm));
+         loomResult_t r =
+             loomAllReduce(b.send.data(), b.recv.data(), kCount, i32, pm, c.comm, nullptr);
+         EXPECT_LOOM_OK(loomRedOpDestroy(pm, c.comm));
+         return r;
+       }},
+      {"AllReduceDestroyedOp",
+       loomInvalidArgument,
+       {{"op"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         loomRedOp_t pm;
+         EXPECT_LOOM_OK(loomRedOpCreatePreMulSum(&pm, &g_two, i32, kImm, c.comm));
+         EXPECT_LOOM_OK(loomRedOpDestroy(pm, c.comm));
+         return loomAllReduce(b.send.data(), b.recv.data(), kCount, i32, pm, c.comm, nullptr);
+       }},
+      {"AllReduceOpOfAnotherComm",
+       loomInvalidArgument,
+       {{"op"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         loomComm_t other = solo_comm();
+         loomRedOp_t pm;
+         EXPECT_LOOM_OK(loomRedOpCreatePreMulSum(&pm, &g_two, i32, kImm, other));
+         loomResult_t r =
+             loomAllReduce(b.send.data(), b.recv.data(), kCount, i32, pm, c.comm, nullptr);
+         EXPECT_LOOM_OK(loomRedOpDestroy(pm, other));
+         EXPECT_LOOM_OK(loomCommDestroy(other));
+         return r;
+       }},
+      // ---- loomSend / loomRecv ----
+      {"SendNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomSend(b.send.data(), kCount, i32, (c.rank + 1) % c.nranks, nullptr, nullptr);
+       }},
+      {"RecvNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomRecv(b.recv.data(), kCount, i32, (c.rank + 1) % c.nranks, nullptr, nullptr);
+       }},
+      {"SendNullBuffer",
+       loomInvalidArgument,
+       {{"sendbuff", "buffer", "buf"}, {"null"}},
+       true,
+       [i32](const Ctx& c, Bufs&) {
+         return loomSend(nullptr, kCount, i32, (c.rank + 1) % c.nranks, c.comm, nullptr);
+       }},
+      {"RecvNullBuffer",
+       loomInvalidArgument,
+       {{"recvbuff", "buffer", "buf"}, {"null"}},
+       true,
+       [i32](const Ctx& c, Bufs&) {
+         return loomRecv(nullptr, kCount, i32, (c.rank + 1) % c.nranks, c.comm, nullptr);
+       }},
+      {"SendPeerNegative",
+       loomInvalidArgument,
+       {{"peer"}, {"-1"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomSend(b.send.data(), kCount, i32, -1, c.comm, nullptr);
+       }},
+      {"SendPeerNranks",
+       loomInvalidArgument,
+       {{"peer"}, {"$N"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomSend(b.send.data(), kCount, i32, c.nranks, c.comm, nullptr);
+       }},
+      {"RecvPeerNegative",
+       loomInvalidArgument,
+       {{"peer"}, {"-1"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomRecv(b.recv.data(), kCount, i32, -1, c.comm, nullptr);
+       }},
+      {"RecvPeerNranks",
+       loomInvalidArgument,
+       {{"peer"}, {"$N"}},
+       true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomRecv(b.recv.data(), kCount, i32, c.nranks, c.comm, nullptr);
+       }},
+      {"SendDatatypeUnknown",
+       loomInvalidArgument,
+       {{"datatype", "type"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         return loomSend(b.send.data(), kCount, loomNumTypes, (c.rank + 1) % c.nranks, c.comm,
+                         nullptr);
+       }},
+      {"RecvDatatypeUnknown",
+       loomInvalidArgument,
+       {{"datatype", "type"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         return loomRecv(b.recv.data(), kCount, loomNumTypes, (c.rank + 1) % c.nranks, c.comm,
+                         nullptr);
+       }},
+      // ---- loomRedOpCreatePreMulSum / loomRedOpDestroy ----
+      {"PreMulSumNullComm", loomInvalidArgument, kNullComm, false,
+       [](const Ctx&, Bufs& b) {
+         return loomRedOpCreatePreMulSum(&b.op_out, &g_two, loomFloat32, kImm, nullptr);
+       }},
+      {"PreMulSumNullOpPointer",
+       loomInvalidArgument,
+       {{"op"}, {"null"}},
+       true,
+       [](const Ctx& c, Bufs&) {
+         return loomRedOpCreatePreMulSum(nullptr, &g_two, loomFloat32, kImm, c.comm);
+       }},
+      {"PreMulSumNullScalar",
+       loomInvalidArgument,
+       {{"scalar"}, {"null"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         return loomRedOpCreatePreMulSum(&b.op_out, nullptr, loomFloat32, kImm, c.comm);
+       }},
+      {"PreMulSumDatatypeUnknown",
+       loomInvalidArgument,
+       {{"datatype", "type"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         return loomRedOpCreatePreMulSum(&b.op_out, &g_two, loomNumTypes, kImm, c.comm);
+       }},
+      {"PreMulSumResidenceUnknown",
+       loomInvalidArgument,
+       {{"residence"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         return loomRedOpCreatePreMulSum(&b.op_out, &g_two, loomFloat32, (loomScalarResidence_t)7,
+                                         c.comm);
+       }},
+      {"RedOpDestroyBuiltIn",
+       loomInvalidArgument,
+       {{"op"}},
+       true,
+       [](const Ctx& c, Bufs&) { return loomRedOpDestroy(loomSum, c.comm); }},
+      {"RedOpDestroyNeverCreated",
+       loomInvalidArgument,
+       {{"op"}},
+       true,
+       [](const Ctx& c, Bufs&) { return loomRedOpDestroy((loomRedOp_t)(loomNumOps + 7), c.comm); }},
+      {"RedOpDestroyTwice",
+       loomInvalidArgument,
+       {{"op"}},
+       true,
+       [](const Ctx& c, Bufs&) {
+         loomRedOp_t pm;
+         EXPECT_LOOM_OK(loomRedOpCreatePreMulSum(&pm, &g_two, loomFloat32, kImm, c.comm));
+         EXPECT_LOOM_OK(loomRedOpDestroy(pm, c.comm));
+         return loomRedOpDestroy(pm, c.comm);
+       }},
+      {"RedOpDestroyNullComm", loomInvalidArgument, kNullComm, false,
+       [](const Ctx& c, Bufs&) {
+         loomRedOp_t pm;
+         EXPECT_LOOM_OK(loomRedOpCreatePreMulSum(&pm, &g_two, loomFloat32, kImm, c.comm));
+         loomResult_t r = loomRedOpDestroy(pm, nullptr);
+         EXPECT_LOOM_OK(loomRedOpDestroy(pm, c.comm));  // the correct call
+         return r;
+       }},
+      {"RedOpDestroyOnAnotherComm",
+       loomInvalidArgument,
+       {{"op"}},
+       false,
+       [](const Ctx& c, Bufs&) {
+         loomComm_t other = solo_comm();
+         loomRedOp_t pm;
+         EXPECT_LOOM_OK(loomRedOpCreatePreMulSum(&pm, &g_two, loomFloat32, kImm, c.comm));
+         loomResult_t r = loomRedOpDestroy(pm, other);
+         EXPECT_LOOM_OK(loomRedOpDestroy(pm, c.comm));  // the correct call
+         EXPECT_LOOM_OK(loomCommDestroy(other));
+         return r;
+       }},
+      // ---- Communicator queries ----
+      {"CommCountNullComm", loomInvalidArgument, kNullComm, false,
+       [](const Ctx&, Bufs& b) { return loomCommCount(nullptr, &b.int_out); }},
+      {"CommCountNullOut",
+       loomInvalidArgument,
+       {{"count"}, {"null"}},
+       true,
+       [](const Ctx& c, Bufs&) { return loomCommCount(c.comm, nullptr); }},
+      {"CommUserRankNullComm", loomInvalidArgument, kNullComm, false,
+       [](const Ctx&, Bufs& b) { return loomCommUserRank(nullptr, &b.int_out); }},
+      {"CommUserRankNullOut",
+       loomInvalidArgument,
+       {{"rank"}, {"null"}},
+       true,
+       [](const Ctx& c, Bufs&) { return loomCommUserRank(c.comm, nullptr); }},
+      {"CommCuDeviceNullComm", loomInvalidArgument, kNullComm, false,
+       [](const Ctx&, Bufs& b) { return loomCommCuDevice(nullptr, &b.int_out); }},
+      {"CommCuDeviceNullOut",
+       loomInvalidArgument,
+       {{"device"}, {"null"}},
+       true,
+       [](const Ctx& c, Bufs&) { return loomCommCuDevice(c.comm, nullptr); }},
+      {"CommGetAsyncErrorNullComm", loomInvalidArgument, kNullComm, false,
+       [](const Ctx&, Bufs& b) { return loomCommGetAsyncError(nullptr, &b.res_out); }},
+      {"CommGetAsyncErrorNullOut",
+       loomInvalidArgument,
+       {{"asyncerror", "error"}, {"null"}},
+       true,
+       [](const Ctx& c, Bufs&) { return loomCommGetAsyncError(c.comm, nullptr); }},
+  };
+  return v;
+}
+
+// Bad calls to the init functions. The id is a valid one for this run.
+struct InitCase {
+  const char* name;
+  Words words;
+  bool from_env;  // the correct init is loomCommInitFromEnv (process ranks only)
+  std::function<loomResult_t(const Ctx&, const loomUniqueId&, Bufs&)> call;
+};
+
+loomConfig_t bare_config(unsigned char fill) {
+  loomConfig_t cfg;
+  memset(&cfg, fill, sizeof(cfg));
+  cfg.blocking = 1;
+  cfg.timeoutMs = kCommTimeoutMs;
+  cfg.commName = nullptr;
+  return cfg;
+}
+
+loomUniqueId garbage_id(unsigned char fill) {
+  loomUniqueId id;
+  for (size_t i = 0; i < sizeof(id.internal); i++) id.internal[i] = (char)(fill + 37 * i);
+  if (fill == 0) memset(&id, 0, sizeof(id));
+  return id;
+}
+
+std::vector<InitCase> init_cases() {
+  const Words kNullOut = {{"comm"}, {"null"}};
+  std::vector<InitCase> v = {
+      {"InitRankNullComm", kNullOut, false,
+       [](const Ctx& c, const loomUniqueId& id, Bufs&) {
+         return loomCommInitRank(nullptr, c.nranks, id, c.rank);
+       }},
+      {"InitRankConfigNullComm", kNullOut, false,
+       [](const Ctx& c, const loomUniqueId& id, Bufs&) {
+         loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+         return loomCommInitRankConfig(nullptr, c.nranks, id, c.rank, &cfg);
+       }},
+      {"InitRankNranksZero",
+       {{"nranks"}, {"0"}},
+       false,
+       [](const Ctx&, const loomUniqueId& id, Bufs& b) {
+         return loomCommInitRank(&b.comm_out, 0, id, 0);
+       }},
+      {"InitRankNranksNegative",
+       {{"nranks"}, {"-1"}},
+       false,
+       [](const Ctx&, const loomUniqueId& id, Bufs& b) {
+         return loomCommInitRank(&b.comm_out, -1, id, 0);
+       }},
+      {"InitRankRankNegative",
+       {{"rank"}, {"-1"}},
+       false,
+       [](const Ctx& c, const loomUniqueId& id, Bufs& b) {
+         return loomCommInitRank(&b.comm_out, c.nranks, id, -1);
+       }},
+      {"InitRankRankNranks",
+       {{"rank"}, {"$N"}},
+       false,
+       [](const Ctx& c, const loomUniqueId& id, Bufs& b) {
+         return loomCommInitRank(&b.comm_out, c.nranks, id, c.nranks);
+       }},
+      {"InitRankConfigZeroed",
+       {{"config"}},
+       false,
+       [](const Ctx& c, const loomUniqueId& id, Bufs& b) {
+         loomConfig_t cfg = bare_config(0);
+         return loomCommInitRankConfig(&b.comm_out, c.nranks, id, c.rank, &cfg);
+       }},
+      {"InitRankConfigGarbage",
+       {{"config"}},
+       false,
+       [](const Ctx& c, const loomUniqueId& id, Bufs& b) {
+         loomConfig_t cfg = bare_config(0xA5);
+         return loomCommInitRankConfig(&b.comm_out, c.nranks, id, c.rank, &cfg);
+       }},
+      {"InitRankGarbageId",
+       {{"id"}},
+       false,
+       [](const Ctx& c, const loomUniqueId&, Bufs& b) {
+         return loomCommInitRank(&b.comm_out, c.nranks, garbage_id(0xC3), c.rank);
+       }},
+      {"InitRankZeroId",
+       {{"id"}},
+       false,
+       [](const Ctx& c, const loomUniqueId&, Bufs& b) {
+         return loomCommInitRank(&b.comm_out, c.nranks, garbage_id(0), c.rank);
+       }},
+      {"InitAllNdevZero",
+       {{"ndev"}, {"0"}},
+       false,
+       [](const Ctx&, const loomUniqueId&, Bufs& b) {
+         return loomCommInitAll(b.comms_out, 0, nullptr);
+       }},
+      {"InitAllNullComms",
+       {{"comms"}, {"null"}},
+       false,
+       [](const Ctx&, const loomUniqueId&, Bufs&) { return loomCommInitAll(nullptr, 2, nullptr); }},
+      {"InitFromEnvNullComm", kNullOut, false,
+       [](const Ctx&, const loomUniqueId&, Bufs&) {
+         loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+         return loomCommInitFromEnv(nullptr, &cfg);
+       }},
+      {"InitFromEnvConfigZeroed",
+       {{"config"}},
+       true,
+       [](const Ctx&, const loomUniqueId&, Bufs& b) {
+         loomConfig_t cfg = bare_config(0);
+         return loomCommInitFromEnv(&b.comm_out, &cfg);
+       }},
+  };
+  return v;
+}
+
+// ---- Running a case ------------------------------------------------------------------
+
+struct Setup {
+  Mode mode;
+  int nranks;
+  int bad;  // the rank that makes the bad call
+};
+
+const Setup kSetups[] = {{Mode::Proc, 2, 0}, {Mode::Thread, 3, 2}, {Mode::Proc, 4, 1}};
+
+std::string setup_name(const Setup& s) {
+  return std::string(harness::mode_name(s.mode)) + std::to_string(s.nranks) + "_bad" +
+         std::to_string(s.bad);
+}
+
+// Makes the bad call on the bad rank and checks all it may and may not do.
+template <typename F>
+void bad_call(const Ctx& c, loomComm_t comm_for_text, loomResult_t want, const Words& words,
+              Bufs& b, F&& call) {
+  usleep(10000);  // let the peers get into their all-reduce first
+  Bufs before = b;
+  auto t0 = Clock::now();
+  loomResult_t r = call();
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(r, want) << "got " << loomGetErrorString(r) << ": " << loomGetLastError(nullptr);
+  EXPECT_LT(s, kImmediateS) << "the bad call took " << s << " s: it must return at once";
+  EXPECT_TRUE(names_all(loomGetLastError(nullptr), words, c.nranks)) << "loomGetLastError(NULL)";
+  if (comm_for_text) {
+    EXPECT_TRUE(names_all(loomGetLastError(comm_for_text), words, c.nranks))
+        << "loomGetLastError(comm)";
+  }
+  expect_untouched(b, before);
+}
+
+loomConfig_t good_config() {
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  cfg.timeoutMs = kCommTimeoutMs;
+  return cfg;
+}
+
+class BadArg : public ::testing::TestWithParam<std::tuple<int, Setup>> {};
+
+TEST_P(BadArg, ReturnsAtOnceAndLosesNothing) {
+  auto [k, setup] = GetParam();
+  harness::Opts o;
+  o.comm_timeout_ms = kCommTimeoutMs;
+  o.timeout_s = 120;
+  harness::run(
+      setup.nranks, setup.mode,
+      [k = k, bad = setup.bad](Ctx& c) {
+        const Case cs = collective_cases()[(size_t)k];
+        Bufs b = make_bufs(c.rank);
+        if (c.rank == bad) {
+          bad_call(c, cs.on_comm ? c.comm : nullptr, cs.want, cs.words, b,
+                   [&] { return cs.call(c, b); });
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+        good_phase(c, b);
+      },
+      o);
+}
+
+std::string bad_arg_name(const ::testing::TestParamInfo<BadArg::ParamType>& info) {
+  auto [k, s] = info.param;
+  return std::string(collective_cases()[(size_t)k].name) + "_" + setup_name(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadArg,
+                         ::testing::Combine(::testing::Range(0, (int)collective_cases().size()),
+                                            ::testing::ValuesIn(kSetups)),
+                         bad_arg_name);
+
+class BadInit : public ::testing::TestWithParam<std::tuple<int, Setup>> {};
+
+TEST_P(BadInit, ReturnsAtOnceAndTheCorrectInitWorks) {
+  auto [k, setup] = GetParam();
+  if (init_cases()[(size_t)k].from_env && setup.mode == Mode::Thread)
+    GTEST_SKIP() << "loomCommInitFromEnv takes its rank from the environment: process ranks only";
+  harness::Opts o;
+  o.init = harness::Init::None;
+  o.comm_timeout_ms = kCommTimeoutMs;
+  o.timeout_s = 120;
+  harness::run(
+      setup.nranks, setup.mode,
+      [k = k, bad = setup.bad](Ctx& c) {
+        const InitCase ic = init_cases()[(size_t)k];
+        loomUniqueId id;
+        if (!ic.from_env) {
+          harness::share_id(c, &id);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+        Bufs b = make_bufs(c.rank);
+        if (c.rank == bad) {
+          bad_call(c, nullptr, loomInvalidArgument, ic.words, b, [&] { return ic.call(c, id, b); });
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+        loomConfig_t cfg = good_config();
+        if (ic.from_env) {
+          ASSERT_LOOM_OK(loomCommInitFromEnv(&c.comm, &cfg));
+        } else {
+          ASSERT_LOOM_OK(loomCommInitRankConfig(&c.comm, c.nranks, id, c.rank, &cfg));
+        }
+        good_phase(c, b);
+      },
+      o);
+}
+
+std::string bad_init_name(const ::testing::TestParamInfo<BadInit::ParamType>& info) {
+  auto [k, s] = info.param;
+  return std::string(init_cases()[(size_t)k].name) + "_" + setup_name(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadInit,
+                         ::testing::Combine(::testing::Range(0, (int)init_cases().size()),
+                                            ::testing::ValuesIn(kSetups)),
+                         bad_init_name);
+
+// ---- Not available yet -------------------------------------------------------------
+
+// Every rank calls each function that is not available yet: each returns
+// loomInvalidUsage at once, saying so, and touches nothing; then the
+// communicator works as before.
+void not_available_body(const Ctx& c) {
+  const int n = c.nranks;
+  const size_t cnt = 8;
+  std::vector<int32_t> send(cnt * n, 7), recv(cnt * n, 0x5A5A5A5A);
+  const std::vector<int32_t> send0 = send, recv0 = recv;
+  std::vector<size_t> counts(n, cnt), displs(n);
+  for (int p = 0; p < n; p++) displs[p] = (size_t)p * cnt;
+  int32_t* s = send.data();
+  int32_t* r = recv.data();
+  loomComm_t cm = c.comm;
+  const loomDataType_t t = loomInt32;
+  void* mem = reinterpret_cast<void*>(static_cast<uintptr_t>(0x5A5A5A5A));
+  void* handle = mem;
+  struct Call {
+    const char* fn;
+    std::function<loomResult_t()> call;
+  };
+  const Call calls[] = {
+      {"loomBroadcast", [&] { return loomBroadcast(s, r, cnt, t, 0, cm, nullptr); }},
+      {"loomReduce", [&] { return loomReduce(s, r, cnt, t, loomSum, 0, cm, nullptr); }},
+      {"loomAllGather", [&] { return loomAllGather(s, r, cnt, t, cm, nullptr); }},
+      {"loomReduceScatter", [&] { return loomReduceScatter(s, r, cnt, t, loomSum, cm, nullptr); }},
+      {"loomAlltoAll", [&] { return loomAlltoAll(s, r, cnt, t, cm, nullptr); }},
+      {"loomAlltoAllv",
+       [&] {
+         return loomAlltoAllv(s, counts.data(), displs.data(), r, counts.data(), displs.data(), t,
+                              cm, nullptr);
+       }},
+      {"loomGather", [&] { return loomGather(s, r, cnt, t, 0, cm, nullptr); }},
+      {"loomScatter", [&] { return loomScatter(s, r, cnt, t, 0, cm, nullptr); }},
+      {"loomMemAlloc", [&] { return loomMemAlloc(&mem, 4096); }},
+      {"loomMemFree", [&] { return loomMemFree(r); }},
+      {"loomCommRegister",
+       [&] { return loomCommRegister(cm, r, cnt * n * sizeof(int32_t), &handle); }},
+      {"loomCommDeregister", [&] { return loomCommDeregister(cm, handle); }},
+  };
+  for (const Call& call : calls) {
+    auto t0 = Clock::now();
+    loomResult_t res = call.call();
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_EQ(res, loomInvalidUsage) << call.fn << ": " << loomGetErrorString(res);
+    EXPECT_LT(secs, kImmediateS) << call.fn << " took " << secs << " s";
+    std::string text = lower(loomGetLastError(nullptr));
+    EXPECT_NE(text.find("not available"), std::string::npos) << call.fn << ": \"" << text << "\"";
+    EXPECT_NE(text.find(lower(call.fn)), std::string::npos)
+        << "the text does not name " << call.fn << ": \"" << text << "\"";
+    EXPECT_EQ(send, send0) << call.fn << " wrote into sendbuff";
+    EXPECT_EQ(recv, recv0) << call.fn << " wrote into recvbuff";
+  }
+  EXPECT_EQ(mem, reinterpret_cast<void*>(static_cast<uintptr_t>(0x5A5A5A5A)))
+      << "loomMemAlloc wrote *ptr";
+  EXPECT_EQ(handle, mem) << "loomCommRegister wrote *handle";
+  // CUDA device ranks are not available yet either.
+  loomComm_t dev[2] = {nullptr, nullptr};
+  const int devlist[2] = {0, 0};
+  EXPECT_EQ(loomCommInitAll(dev, 2, devlist), loomInvalidUsage);
+  EXPECT_NE(lower(loomGetLastError(nullptr)).find("not available"), std::string::npos)
+      << loomGetLastError(nullptr);
+  EXPECT_EQ(dev[0], nullptr);
+  EXPECT_EQ(dev[1], nullptr);
+  Bufs b = make_bufs(c.rank);
+  good_phase(c, b);
+}
+
+class NotAvailable : public ::testing::TestWithParam<Setup> {};
+
+TEST_P(NotAvailable, ReturnsInvalidUsageSayingSo) {
+  harness::Opts o;
+  o.comm_timeout_ms = kCommTimeoutMs;
+  o.timeout_s = 120;
+  harness::run(GetParam().nranks, GetParam().mode, not_available_body, o);
+}
+
+std::string not_available_name(const ::testing::TestParamInfo<Setup>& info) {
+  return std::string(harness::mode_name(info.param.mode)) + std::to_string(info.param.nranks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, NotAvailable, ::testing::ValuesIn(kSetups), not_available_name);
+
+}  // namespace

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What libloom exports: only the public API (STYLE.md: "Only loom* symbols
+# leave the shared library"), all of it, and a static archive beside it.
+#   usage: test_symbols.sh LIBLOOM_SO LIBLOOM_A INCLUDE_DIR
+# INCLUDE_DIR holds the public headers (loom.h ...); every function they
+# declare with LOOM_API must be exported, and nothing else may be.
+set -u
+
+if [ $# -ne 3 ]; then
+  echo "usage: $0 LIBLOOM_SO LIBLOOM_A INCLUDE_DIR" >&2
+  exit 2
+fi
+SO=$1
+AR=$2
+INC=$3
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_symbols.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+passed=0
+failed=0
+why=""
+
+run_case() { # NAME FUNCTION
+  why=""
+  if "$2"; then
+    echo "PASS: $1"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $1: $why"
+    failed=$((failed + 1))
+  fi
+}
+
+# Names of the defined dynamic symbols of the shared library, one a line.
+exported() {
+  nm -D --defined-only "$SO" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' | sort -u
+}
+
+# Functions the public headers declare with LOOM_API, one a line.
+declared() {
+  cat "$INC"/*.h | tr '\n' ' ' | grep -oE 'LOOM_API[^;{}()#]*\(' |
+    sed -E 's/.*[^A-Za-z0-9_](loom[A-Za-z0-9_]*)[[:space:]]*\($/\1/' |
+    grep -E '^loom[A-Za-z0-9_]*$' | sort -u
+}
+
+t_so_exists() {
+  [ -f "$SO" ] || { why="$SO is missing"; return 1; }
+  nm -D --defined-only "$SO" >"$TMP/nm" 2>"$TMP/nm.err" ||
+    { why="nm -D failed: $(head -c 300 "$TMP/nm.err")"; return 1; }
+  [ -s "$TMP/nm" ] || { why="nm -D lists no defined symbols"; return 1; }
+}
+
+t_only_loom() {
+  exported >"$TMP/exp" || { why="nm -D failed"; return 1; }
+  grep -v '^loom' "$TMP/exp" >"$TMP/bad"
+  [ -s "$TMP/bad" ] || return 0
+  why="$(wc -l <"$TMP/bad") symbols do not start with 'loom': $(head -n 10 "$TMP/bad" | tr '\n' ' ')"
+  return 1
+}
+
+t_only_public() {
+  exported >"$TMP/exp"
+  declared >"$TMP/decl"
+  [ -s "$TMP/decl" ] || { why="found no LOOM_API declarations in $INC/*.h"; return 1; }
+  comm -23 "$TMP/exp" "$TMP/decl" >"$TMP/extra"
+  [ -s "$TMP/extra" ] || return 0
+  why="exported but declared in no public header: $(head -n 10 "$TMP/extra" | tr '\n' ' ')"
+  return 1
+}
+
+t_all_public() {
+  exported >"$TMP/exp"
+  declared >"$TMP/decl"
+  comm -13 "$TMP/exp" "$TMP/decl" >"$TMP/missing"
+  [ -s "$TMP/missing" ] || return 0
+  why="declared with LOOM_API but not exported: $(head -n 10 "$TMP/missing" | tr '\n' ' ')"
+  return 1
+}
+
+t_static_archive() {
+  [ -f "$AR" ] || { why="$AR is missing"; return 1; }
+  ar t "$AR" >"$TMP/members" 2>&1 || { why="not an archive: $(head -c 300 "$TMP/members")"; return 1; }
+  nm --defined-only "$AR" 2>/dev/null | awk '$2 == "T" { print $3 }' | sort -u >"$TMP/ar_syms"
+  declared >"$TMP/decl"
+  comm -13 "$TMP/ar_syms" "$TMP/decl" >"$TMP/missing"
+  [ -s "$TMP/missing" ] || return 0
+  why="the archive does not define: $(head -n 10 "$TMP/missing" | tr '\n' ' ')"
+  return 1
+}
+
+run_case "libloom.so exists and has a dynamic symbol table" t_so_exists
+run_case "libloom.so exports only symbols starting with loom" t_only_loom
+run_case "libloom.so exports only functions of the public headers" t_only_public
+run_case "libloom.so exports every function of the public headers" t_all_public
+run_case "libloom.a exists and defines the public functions" t_static_archive
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
