@@ -7,7 +7,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "collectives/coll.h"
 #include "core/params.h"
+#include "topo/tune.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "loom.h"
 
@@ -35,6 +37,56 @@ static void print_env(void) {
       snprintf(def, sizeof(def), "%s", rows[i].def);
     printf("%-22s %-7s %-10s %-10s %s\n", rows[i].env, type_name(rows[i].type),
            def[0] ? def : "(empty)", value[0] ? value : "(empty)", rows[i].help);
+  }
+}
+
+static void size_text(size_t b, char* buf, size_t len) {
+  if (b >= (1u << 20))
+    snprintf(buf, len, "%zu MiB", b >> 20);
+  else if (b >= 1024)
+    snprintf(buf, len, "%zu KiB", b >> 10);
+  else
+    snprintf(buf, len, "%zu B", b);
+}
+
+/* Per collective, rank count and size range: what the tuner would pick and
+ * what it predicts. */
+static void print_tuning(void) {
+  const struct tune_consts* k = tune_consts_get();
+  size_t slice = params_get()->slice_size;
+  printf("tuning constants: step %.2f us, copy %.2f GB/s, reduce %.2f GB/s, %d cpus\n",
+         k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus);
+  printf("%-14s %5s  %-22s %-9s %s\n", "collective", "ranks", "sizes", "algorithm",
+         "predicted time");
+  const int ranks[] = {2, 4, 8, 16};
+  for (int c = 0; c < TUNE_COLL_COUNT; c++) {
+    unsigned avail = algo_available((enum coll_kind)c);
+    if (!avail) continue;
+    for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++) {
+      int n = ranks[ri];
+      size_t lo = 8;
+      enum tune_algo cur = tune_pick_model(k, (enum tune_coll)c, n, lo, slice, avail);
+      double t_lo = tune_predict_us(k, (enum tune_coll)c, cur, n, lo, slice);
+      for (size_t b = 8;; b *= 2) {
+        int last = b >= (256u << 20);
+        size_t nb = b * 2;
+        enum tune_algo next = last ? TUNE_ALGO_COUNT
+                                   : tune_pick_model(k, (enum tune_coll)c, n, nb, slice, avail);
+        if (next != cur) {
+          char a[32], z[32], range[80];
+          size_text(lo, a, sizeof(a));
+          size_text(b, z, sizeof(z));
+          snprintf(range, sizeof(range), "%s - %s", a, z);
+          printf("%-14s %5d  %-22s %-9s %.1f us .. %.1f us\n", tune_coll_name((enum tune_coll)c), n,
+                 range, tune_algo_name(cur), t_lo,
+                 tune_predict_us(k, (enum tune_coll)c, cur, n, b, slice));
+          if (last) break;
+          lo = nb;
+          cur = next;
+          t_lo = tune_predict_us(k, (enum tune_coll)c, cur, n, lo, slice);
+        }
+      }
+    }
   }
 }
 
@@ -66,7 +118,20 @@ static void print_info(void) {
   printf("  shm     %s (processes on one host: POSIX shared-memory FIFOs)\n",
          shm_usable() ? "yes" : "no: /dev/shm is not usable");
   printf("  p2p, socket, verbs, ucx: not built yet\n");
-  printf("algorithms: all-reduce ring\n");
+  printf("algorithms:");
+  for (int c = 0; c < TUNE_COLL_COUNT; c++) {
+    unsigned avail = algo_available((enum coll_kind)c);
+    if (!avail) continue;
+    printf(" %s(", tune_coll_name((enum tune_coll)c));
+    const char* sep = "";
+    for (int a = 0; a < TUNE_ALGO_COUNT; a++)
+      if (avail & TUNE_ALGO_BIT(a)) {
+        printf("%s%s", sep, tune_algo_name((enum tune_algo)a));
+        sep = ",";
+      }
+    printf(")");
+  }
+  printf("\n");
 }
 
 int main(int argc, char** argv) {
@@ -75,9 +140,15 @@ int main(int argc, char** argv) {
       print_env();
       return 0;
     }
+    if (strcmp(argv[i], "--tuning") == 0) {
+      print_tuning();
+      return 0;
+    }
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      printf("usage: loom_info [--env]\n  --env  print every LOOM_* variable with its value, "
-             "default and help\n");
+      printf("usage: loom_info [--env | --tuning]\n"
+             "  --env     print every LOOM_* variable with its value, default and help\n"
+             "  --tuning  print, per collective, rank count and size range, the algorithm the\n"
+             "            tuner picks and the time it predicts\n");
       return 0;
     }
     fprintf(stderr, "loom_info: unknown option %s (try --help)\n", argv[i]);

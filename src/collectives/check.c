@@ -8,9 +8,16 @@
  * inside RECV's storage: aliasing is then two views of one array, so the
  * hazard and data checks need no special case for it.
  *
- * The simulation is the same for every collective; what differs per kind
- * (buffer sizes, where SEND sits in place, what each rank must end with) is
- * one row of `kinds`, so a new collective adds a row and its functions. */
+ * The simulation is the same for every collective; what differs per kind is
+ * said in four places (the "Per kind" section): the row of `kinds` (name,
+ * whether it reduces, which buffers only the root has), buf_need (sizes),
+ * inplace_at (how SEND and RECV share storage in place) and expect (what
+ * each rank must end with). A new collective adds a case to each.
+ *
+ * Buffers only the root has (broadcast's and scatter's SEND, reduce's and
+ * gather's RECV) may be NULL elsewhere: a plan may declare them there with
+ * 0 elements or the full size, and any op that touches one on another rank
+ * is an error, whatever the data would have been. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,28 +49,45 @@ struct rank_sim {
   int entered;                 /* local ops ran and comm ops are posted */
 };
 
-struct sim;
+enum {
+  K_REDUCES = 1,   /* results are reductions: premul and div allowed */
+  K_ROOT_SEND = 2, /* only the root has SEND */
+  K_ROOT_RECV = 4, /* only the root has RECV */
+};
 struct kind_desc {
   const char* name;
-  size_t (*send_count)(int nranks, size_t count);
-  size_t (*recv_count)(int nranks, size_t count);
-  /* Where SEND starts inside RECV when the call is in place. */
-  size_t (*inplace_off)(int nranks, int rank, size_t count);
-  /* What rank must end with in RECV[i]; 0 when the element is left free. */
-  int (*expect)(const struct sim* s, int rank, size_t i, struct sym* want_out);
+  unsigned flags;
+};
+static const struct kind_desc kinds[CHECK_KIND_COUNT] = {
+    [CHECK_ALLREDUCE] = {"all-reduce", K_REDUCES},
+    [CHECK_BROADCAST] = {"broadcast", K_ROOT_SEND},
+    [CHECK_REDUCE] = {"reduce", K_REDUCES | K_ROOT_RECV},
+    [CHECK_ALLGATHER] = {"all-gather", 0},
+    [CHECK_REDUCESCATTER] = {"reduce-scatter", K_REDUCES},
+    [CHECK_ALLTOALL] = {"all-to-all", 0},
+    [CHECK_ALLTOALLV] = {"all-to-all-v", 0},
+    [CHECK_GATHER] = {"gather", K_ROOT_RECV},
+    [CHECK_SCATTER] = {"scatter", K_ROOT_SEND},
 };
 
 enum { POSTED = 1, DONE = 2 }; /* state of an op */
 
 struct sim {
+  enum check_kind kind_id;
   const struct kind_desc* kind;
   const struct plan* plans;
-  int nranks, inplace;
+  int nranks, inplace, root;
   size_t count;
   uint64_t all;       /* every rank's bit */
   uint8_t want_flags; /* inferred from the plans: premul, avg */
+  /* all-to-all-v, n * n each, [src * n + dst]: elements, src's send
+   * displacement for dst, dst's receive displacement for src; then the
+   * SEND (row) and RECV (column) sizes, n each. */
+  const size_t* a2av;
+  size_t *sdispl, *rdispl, *row, *col;
   struct rank_sim* rk;
   struct sym* mem;   /* every rank's buffers, one block */
+  struct sym* want;  /* one rank's expected RECV */
   struct link* link; /* by global op id */
   uint8_t* state;    /* by global op id: POSTED, DONE */
   int *stack, nstack;
@@ -74,23 +98,94 @@ struct sim {
 
 /* ---- Per kind ---- */
 
-static size_t count_same(int nranks, size_t count) {
-  (void)nranks;
-  return count;
-}
-static size_t off_zero(int nranks, int rank, size_t count) {
-  (void)nranks, (void)rank, (void)count;
-  return 0;
-}
-static int expect_allreduce(const struct sim* s, int rank, size_t i, struct sym* want_out) {
-  (void)rank;
-  *want_out = (struct sym){s->all, (int32_t)i, s->want_flags};
-  return 1;
+/* Elements rank r's SEND or RECV holds (where it has the buffer). */
+static size_t buf_need(const struct sim* s, int r, unsigned b) {
+  size_t c = s->count;
+  int blocks; /* 1: the buffer holds one block per rank */
+  switch (s->kind_id) {
+    case CHECK_ALLGATHER:
+    case CHECK_GATHER: blocks = b == PB_RECV; break;
+    case CHECK_REDUCESCATTER:
+    case CHECK_SCATTER: blocks = b == PB_SEND; break;
+    case CHECK_ALLTOALL: blocks = 1; break;
+    case CHECK_ALLTOALLV: return b == PB_SEND ? s->row[r] : s->col[r];
+    default: blocks = 0; break;
+  }
+  return blocks ? c * (size_t)s->nranks : c;
 }
 
-static const struct kind_desc kinds[] = {
-    [CHECK_ALLREDUCE] = {"all-reduce", count_same, count_same, off_zero, expect_allreduce},
-};
+/* 1 when rank r has no buffer b: the user may pass NULL for it. */
+static int absent(const struct sim* s, int r, unsigned b) {
+  if (r == s->root) return 0;
+  return (b == PB_SEND && (s->kind->flags & K_ROOT_SEND)) ||
+         (b == PB_RECV && (s->kind->flags & K_ROOT_RECV));
+}
+
+/* Whether rank r's call may be in place, and then where SEND and RECV start
+ * in the storage they share (SEND's and RECV's stores, which lie one after
+ * the other and hold both, since one of them contains the other). */
+static int inplace_at(const struct sim* s, int r, size_t* send_off, size_t* recv_off) {
+  size_t c = s->count;
+  *send_off = *recv_off = 0;
+  switch (s->kind_id) {
+    case CHECK_ALLREDUCE:
+    case CHECK_ALLTOALL: return 1;
+    case CHECK_BROADCAST:
+    case CHECK_REDUCE: return r == s->root;
+    case CHECK_ALLGATHER: *send_off = (size_t)r * c; return 1;
+    case CHECK_REDUCESCATTER: *recv_off = (size_t)r * c; return 1;
+    case CHECK_GATHER: *send_off = (size_t)s->root * c; return r == s->root;
+    case CHECK_SCATTER: *recv_off = (size_t)s->root * c; return r == s->root;
+    default: return 0; /* all-to-all-v has no in-place form */
+  }
+}
+
+static struct sym mk(int q, size_t idx, uint8_t flags) {
+  return (struct sym){(uint64_t)1 << q, (int32_t)idx, flags};
+}
+
+/* Fills want[0 .. RECV's size) with what rank r must end with; returns 0
+ * when r's RECV is not checked (it has none). */
+static int expect(const struct sim* s, int r, struct sym* want) {
+  size_t c = s->count;
+  int n = s->nranks;
+  uint8_t f = s->want_flags;
+  switch (s->kind_id) {
+    case CHECK_REDUCE:
+      if (r != s->root) return 0;
+      /* fall through */
+    case CHECK_ALLREDUCE:
+      for (size_t i = 0; i < c; i++) want[i] = (struct sym){s->all, (int32_t)i, f};
+      return 1;
+    case CHECK_BROADCAST:
+      for (size_t i = 0; i < c; i++) want[i] = mk(s->root, i, 0);
+      return 1;
+    case CHECK_GATHER:
+      if (r != s->root) return 0;
+      /* fall through */
+    case CHECK_ALLGATHER:
+      for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < c; i++) want[(size_t)q * c + i] = mk(q, i, 0);
+      return 1;
+    case CHECK_REDUCESCATTER:
+      for (size_t i = 0; i < c; i++) want[i] = (struct sym){s->all, (int32_t)((size_t)r * c + i), f};
+      return 1;
+    case CHECK_ALLTOALL:
+      for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < c; i++) want[(size_t)q * c + i] = mk(q, (size_t)r * c + i, 0);
+      return 1;
+    case CHECK_ALLTOALLV:
+      for (int q = 0; q < n; q++) {
+        size_t k = (size_t)q * n + r;
+        for (size_t i = 0; i < s->a2av[k]; i++) want[s->rdispl[k] + i] = mk(q, s->sdispl[k] + i, 0);
+      }
+      return 1;
+    case CHECK_SCATTER:
+      for (size_t i = 0; i < c; i++) want[i] = mk(s->root, (size_t)r * c + i, 0);
+      return 1;
+    default: return 0;
+  }
+}
 
 /* ---- Helpers ---- */
 
@@ -154,6 +249,17 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
   if (op->count == 0) return fail(s, "rank %d step %u: %s of 0 elements", r, t, name);
   if (is_comm(op->kind) ? op->peer < 0 || op->peer >= s->nranks || op->peer == r : op->peer != -1)
     return fail(s, "rank %d step %u: %s with peer %d", r, t, name, op->peer);
+  if (!(s->kind->flags & K_REDUCES) && (op->kind == OP_PREMUL || op->kind == OP_DIV))
+    return fail(s, "rank %d step %u: %s in a %s plan, which reduces nothing", r, t, name,
+                s->kind->name);
+  /* Before the bounds: the buffer may be declared with 0 elements here. */
+  for (int w = 0; w < 2; w++) {
+    struct plan_ref ref = w ? op->dst : op->src;
+    if (!(w ? writes_dst(op->kind) : reads_src(op->kind)) || !absent(s, r, ref.buf)) continue;
+    return fail(s, "rank %d step %u: %s %s the %s buffer, which only the root (rank %d) has in a %s",
+                r, t, name, w ? "writes" : "reads", ref.buf == PB_SEND ? "send" : "receive",
+                s->root, s->kind->name);
+  }
   if (reads_src(op->kind) && ref_ok(s, r, t, op, op->src)) return -1;
   if (writes_dst(op->kind) && ref_ok(s, r, t, op, op->dst)) return -1;
   if (writes_dst(op->kind) && op->dst.buf == PB_SEND) /* the API takes it as const */
@@ -167,12 +273,16 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
 
 static int plan_ok(struct sim* s, int r) {
   const struct plan* p = &s->plans[r];
-  size_t want_send = s->kind->send_count(s->nranks, s->count);
-  size_t want_recv = s->kind->recv_count(s->nranks, s->count);
+  size_t want_send = buf_need(s, r, PB_SEND), want_recv = buf_need(s, r, PB_RECV);
   if (p->failed) return fail(s, "rank %d: the plan failed to build", r);
   if (p->rank != r || p->nranks != s->nranks)
     return fail(s, "plan %d says it is rank %d of %d", r, p->rank, p->nranks);
-  if (p->buf_count[PB_SEND] != want_send || p->buf_count[PB_RECV] != want_recv)
+  /* A buffer the rank does not have may be declared empty. */
+  int send_ok = p->buf_count[PB_SEND] == want_send ||
+                (absent(s, r, PB_SEND) && p->buf_count[PB_SEND] == 0);
+  int recv_ok = p->buf_count[PB_RECV] == want_recv ||
+                (absent(s, r, PB_RECV) && p->buf_count[PB_RECV] == 0);
+  if (!send_ok || !recv_ok)
     return fail(s, "rank %d: plan has send %zu recv %zu elements, %s needs %zu and %zu", r,
                 p->buf_count[PB_SEND], p->buf_count[PB_RECV], s->kind->name, want_send, want_recv);
   for (int b = 0; b < PB_COUNT; b++)
@@ -308,8 +418,8 @@ static int step_hazards(struct sim* s, int r, struct access* acc) {
 
 /* a op b, as a reduction must see them: same element, same treatment, and
  * no rank's contribution in both. */
-static int combine(struct sim* s, int r, struct plan_ref dst, size_t i, struct sym a, struct sym b,
-                   struct sym* out) {
+static int combine_slow(struct sim* s, int r, struct plan_ref dst, size_t i, struct sym a,
+                        struct sym b, struct sym* out) {
   uint32_t t = s->rk[r].cur;
   if (a.idx < 0 || b.idx < 0)
     return fail(s, "rank %d step %u: reduces garbage into %s[%zu]", r, t, AT(dst, i));
@@ -324,6 +434,16 @@ static int combine(struct sim* s, int r, struct plan_ref dst, size_t i, struct s
                 lowest_rank(a.mask & b.mask), AT(dst, i));
   *out = (struct sym){a.mask | b.mask, a.idx, a.flags};
   return 0;
+}
+
+/* The common case inline; combine_slow names what is wrong. */
+static inline int combine(struct sim* s, int r, struct plan_ref dst, size_t i, struct sym a,
+                          struct sym b, struct sym* out) {
+  if ((a.idx | b.idx) >= 0 && a.idx == b.idx && a.flags == b.flags && !(a.mask & b.mask)) {
+    *out = (struct sym){a.mask | b.mask, a.idx, a.flags};
+    return 0;
+  }
+  return combine_slow(s, r, dst, i, a, b, out);
 }
 
 /* premul takes a rank's own raw input; div takes a complete, undivided sum. */
@@ -352,6 +472,10 @@ static int scale(struct sim* s, int r, const struct plan_op* op, size_t i, struc
 static int run_local(struct sim* s, int r, const struct plan_op* op) {
   const struct sym* src = at(s, r, op->src);
   struct sym* dst = at(s, r, op->dst);
+  if (op->kind == OP_COPY) { /* step_hazards allows no partial overlap */
+    if (dst != src) memcpy(dst, src, op->count * sizeof(*dst));
+    return 0;
+  }
   for (size_t i = 0; i < op->count; i++) {
     struct sym v = src[i];
     if (op->kind == OP_REDUCE) {
@@ -373,12 +497,11 @@ static int complete(struct sim* s, struct link snd, struct link rcv, int waiting
   const struct plan_op* ro = &s->plans[rcv.rank].ops[rcv.op];
   const struct sym *in = at(s, snd.rank, so->src), *mine = at(s, rcv.rank, ro->src);
   struct sym* dst = at(s, rcv.rank, ro->dst);
-  for (size_t i = 0; i < ro->count; i++) {
-    if (ro->kind == OP_RECV)
-      dst[i] = in[i];
-    else if (combine(s, rcv.rank, ro->dst, i, mine[i], in[i], &dst[i]))
-      return -1;
-  }
+  if (ro->kind == OP_RECV) /* different ranks: never overlapping */
+    memcpy(dst, in, ro->count * sizeof(*dst));
+  else
+    for (size_t i = 0; i < ro->count; i++)
+      if (combine(s, rcv.rank, ro->dst, i, mine[i], in[i], &dst[i])) return -1;
   s->state[gid(s, snd)] = s->state[gid(s, rcv)] = DONE;
   s->rk[snd.rank].pending--;
   s->rk[rcv.rank].pending--;
@@ -445,8 +568,9 @@ static int report_deadlock(struct sim* s) {
 
 /* ---- Setup, the two runs, the verdict ---- */
 
-/* Fresh memory for one run: inputs in SEND (inside RECV when in place),
- * everything else garbage. */
+/* Fresh memory for one run: inputs in SEND, everything else garbage. In
+ * place, SEND and RECV are views into one storage (plan_ok made the sizes
+ * exact wherever a rank has an in-place form). */
 static void sim_reset(struct sim* s, int inplace) {
   s->inplace = inplace;
   for (int r = 0; r < s->nranks; r++) {
@@ -455,8 +579,11 @@ static void sim_reset(struct sim* s, int inplace) {
       for (size_t i = 0; i < k->p->buf_count[b]; i++) k->store[b][i] = garbage;
       k->view[b] = k->store[b];
     }
-    if (inplace)
-      k->view[PB_SEND] = k->store[PB_RECV] + s->kind->inplace_off(s->nranks, r, s->count);
+    size_t send_off, recv_off;
+    if (inplace && inplace_at(s, r, &send_off, &recv_off)) {
+      k->view[PB_SEND] = k->store[PB_SEND] + send_off;
+      k->view[PB_RECV] = k->store[PB_SEND] + recv_off;
+    }
     for (size_t i = 0; i < k->p->buf_count[PB_SEND]; i++)
       k->view[PB_SEND][i] = (struct sym){(uint64_t)1 << r, (int32_t)i, 0};
     k->cur = k->pending = 0;
@@ -465,11 +592,31 @@ static void sim_reset(struct sim* s, int inplace) {
   memset(s->state, 0, s->rk[s->nranks - 1].op_base + s->plans[s->nranks - 1].nops);
 }
 
+/* "rank 3's element 5", for messages about data that is moved, not reduced. */
+static const char* describe(struct sym v, char* buf, size_t len) {
+  if (v.idx < 0)
+    snprintf(buf, len, "garbage");
+  else if (v.mask != 0 && (v.mask & (v.mask - 1)) == 0)
+    snprintf(buf, len, "rank %d's element %d", lowest_rank(v.mask), v.idx);
+  else
+    snprintf(buf, len, "a reduction of element %d over %d ranks", v.idx,
+             __builtin_popcountll(v.mask));
+  return buf;
+}
+
 static int check_final(struct sim* s) {
-  for (int r = 0; r < s->nranks; r++)
+  int reduces = (s->kind->flags & K_REDUCES) != 0;
+  for (int r = 0; r < s->nranks; r++) {
+    if (!expect(s, r, s->want)) continue;
+    const struct sym* have = s->rk[r].view[PB_RECV];
     for (size_t i = 0; i < s->rk[r].p->buf_count[PB_RECV]; i++) {
-      struct sym want, got = s->rk[r].view[PB_RECV][i];
-      if (!s->kind->expect(s, r, i, &want)) continue;
+      struct sym want = s->want[i], got = have[i];
+      if (got.idx == want.idx && got.mask == want.mask && got.flags == want.flags) continue;
+      if (!reduces) {
+        char a[64], b[64];
+        return fail(s, "rank %d: recv[%zu] ends with %s, not %s", r, i,
+                    describe(got, a, sizeof(a)), describe(want, b, sizeof(b)));
+      }
       uint8_t diff = got.flags ^ want.flags, bit = diff & SYM_SCALED ? SYM_SCALED : SYM_DIVIDED;
       if (got.idx < 0) return fail(s, "rank %d: recv[%zu] ends as garbage", r, i);
       if (got.idx != want.idx)
@@ -481,11 +628,11 @@ static int check_final(struct sim* s) {
         return fail(s,
                     "rank %d: recv[%zu] ends with rank %d's contribution, which it must not hold",
                     r, i, lowest_rank(got.mask & ~want.mask));
-      if (diff)
-        return fail(s, "rank %d: recv[%zu] ends %s%s, unlike the plans' %s", r, i,
-                    got.flags & bit ? "" : "not ", bit == SYM_SCALED ? "pre-multiplied" : "divided",
-                    bit == SYM_SCALED ? "premul" : "div");
+      return fail(s, "rank %d: recv[%zu] ends %s%s, unlike the plans' %s", r, i,
+                  got.flags & bit ? "" : "not ", bit == SYM_SCALED ? "pre-multiplied" : "divided",
+                  bit == SYM_SCALED ? "premul" : "div");
     }
+  }
   return 0;
 }
 
@@ -500,7 +647,7 @@ static int run_once(struct sim* s, int inplace, struct access* acc) {
 
 /* Buffers, op states and links of all ranks; 0 or -1 when out of memory. */
 static int sim_alloc(struct sim* s) {
-  size_t nops = 0, nsyms = 0;
+  size_t nops = 0, nsyms = 0, max_recv = 0;
   s->rk = calloc((size_t)s->nranks, sizeof(*s->rk));
   s->stack = calloc((size_t)s->nranks, sizeof(*s->stack));
   if (s->rk == NULL || s->stack == NULL) return -1;
@@ -509,8 +656,9 @@ static int sim_alloc(struct sim* s) {
     s->rk[r].op_base = nops;
     nops += s->plans[r].nops;
     for (int b = 0; b < PB_COUNT; b++) nsyms += s->plans[r].buf_count[b];
+    if (s->plans[r].buf_count[PB_RECV] > max_recv) max_recv = s->plans[r].buf_count[PB_RECV];
   }
-  s->mem = malloc((nsyms + 1) * sizeof(*s->mem));
+  s->mem = malloc((nsyms + max_recv + 1) * sizeof(*s->mem));
   s->link = calloc(nops + 1, sizeof(*s->link));
   s->state = calloc(nops + 1, 1);
   if (s->mem == NULL || s->link == NULL || s->state == NULL) return -1;
@@ -520,39 +668,92 @@ static int sim_alloc(struct sim* s) {
       s->rk[r].store[b] = m;
       m += s->plans[r].buf_count[b];
     }
+  s->want = m;
   return 0;
 }
 
-static int check_args(struct sim* s, enum check_kind kind) {
-  if ((unsigned)kind >= sizeof(kinds) / sizeof(kinds[0]) || kinds[kind].name == NULL)
-    return fail(s, "unknown collective kind %d", (int)kind);
+/* All-to-all-v's displacements and sizes, as running sums of the counts. */
+static int a2av_setup(struct sim* s) {
+  size_t n = (size_t)s->nranks;
+  s->sdispl = calloc(2 * n * n + 2 * n, sizeof(size_t));
+  if (s->sdispl == NULL) return fail(s, "out of memory");
+  s->rdispl = s->sdispl + n * n;
+  s->row = s->rdispl + n * n;
+  s->col = s->row + n;
+  for (size_t src = 0; src < n; src++)
+    for (size_t dst = 0; dst < n; dst++) {
+      size_t k = src * n + dst, c = s->a2av[k];
+      if (c > INT32_MAX) return fail(s, "all-to-all-v count %zu is too large for the checker", c);
+      s->sdispl[k] = s->row[src];
+      s->rdispl[k] = s->col[dst];
+      s->row[src] += c;
+      s->col[dst] += c;
+    }
+  for (size_t r = 0; r < n; r++)
+    if (s->row[r] > INT32_MAX || s->col[r] > INT32_MAX)
+      return fail(s, "rank %zu: all-to-all-v buffers too large to check", r);
+  return 0;
+}
+
+static int check_args(struct sim* s, const struct check_spec* spec) {
+  if (spec == NULL) return fail(s, "no check_spec");
+  if ((unsigned)spec->kind >= CHECK_KIND_COUNT || kinds[spec->kind].name == NULL)
+    return fail(s, "unknown collective kind %d", (int)spec->kind);
+  s->kind_id = spec->kind;
+  s->kind = &kinds[spec->kind];
+  s->nranks = spec->nranks;
+  s->count = spec->count;
+  s->root = spec->root;
+  s->a2av = spec->a2av_counts;
   if (s->nranks < 1 || s->nranks > 64 || s->plans == NULL)
     return fail(s, "the checker takes 1 to 64 ranks' plans, not %d", s->nranks);
+  if (s->root < 0 || s->root >= s->nranks)
+    return fail(s, "root %d out of range for %d ranks", s->root, s->nranks);
   if (s->count > INT32_MAX) return fail(s, "count %zu is too large for the checker", s->count);
-  s->kind = &kinds[kind];
+  if (s->kind_id == CHECK_ALLTOALLV) {
+    if (s->a2av == NULL) return fail(s, "all-to-all-v needs its counts (plan_check_spec)");
+    if (a2av_setup(s)) return -1;
+  }
   s->all = s->nranks == 64 ? ~(uint64_t)0 : ((uint64_t)1 << s->nranks) - 1;
   for (int r = 0; r < s->nranks; r++)
     if (plan_ok(s, r)) return -1;
   return 0;
 }
 
-int plan_check(enum check_kind kind, int nranks, size_t count, const struct plan* plans,
-               char* why_out, size_t why_len) {
-  struct sim s = {
-      .plans = plans, .nranks = nranks, .count = count, .why = why_out, .why_len = why_len};
+/* Whether any rank's call may be in place. */
+static int has_inplace(const struct sim* s) {
+  size_t a, b;
+  for (int r = 0; r < s->nranks; r++)
+    if (inplace_at(s, r, &a, &b)) return 1;
+  return 0;
+}
+
+int plan_check_spec(const struct check_spec* spec, const struct plan* plans, char* why_out,
+                    size_t why_len) {
+  struct sim s = {.plans = plans, .why = why_out, .why_len = why_len};
   if (why_out && why_len) why_out[0] = '\0';
-  if (check_args(&s, kind)) return -1;
+  struct access* acc = NULL;
   int rc = -1;
-  struct access* acc = malloc(((size_t)s.max_step_ops * 2 + 1) * sizeof(*acc));
+  if (check_args(&s, spec)) goto out;
+  acc = malloc(((size_t)s.max_step_ops * 2 + 1) * sizeof(*acc));
   if (acc == NULL || sim_alloc(&s))
     fail(&s, "out of memory");
-  else if (match_ops(&s) == 0 && run_once(&s, 0, acc) == 0 && run_once(&s, 1, acc) == 0)
+  else if (match_ops(&s) == 0 && run_once(&s, 0, acc) == 0 &&
+           (!has_inplace(&s) || run_once(&s, 1, acc) == 0))
     rc = 0;
+out:
   free(acc);
   free(s.state);
   free(s.link);
   free(s.mem);
   free(s.stack);
   free(s.rk);
+  free(s.sdispl);
   return rc;
+}
+
+int plan_check(enum check_kind kind, int nranks, size_t count, const struct plan* plans,
+               char* why_out, size_t why_len) {
+  struct check_spec spec = {kind, nranks, count, 0, NULL};
+  return plan_check_spec(&spec, plans, why_out, why_len);
 }

@@ -40,6 +40,7 @@ struct coll_task {
   int root;             /* root, or peer for send/recv */
   unsigned char scalar[8]; /* PreMulSum's scalar, when read at call time */
   const void* scalar_ptr;  /* PreMulSum's scalar, when read at run time */
+  size_t* v; /* all-to-all-v: sendcounts, sdispls, recvcounts, rdispls (4n, owned) */
 };
 
 #define COLL_MAX_PREMUL 256
@@ -57,6 +58,8 @@ struct coll_comm {
   pthread_mutex_t ops_lock;
   struct premul_op ops[COLL_MAX_PREMUL];
   _Atomic int queued; /* work queued on streams and not yet finished */
+  void* scratch;      /* plans' PB_SCRATCH, grown as needed; under exec_lock */
+  size_t scratch_bytes;
 };
 
 /* comm_api.c */
@@ -73,12 +76,22 @@ loomResult_t redop_resolve(struct loomComm* comm, loomRedOp_t op, loomDataType_t
 static inline int redop_is_premul(loomRedOp_t op) { return (int)op >= (int)loomNumOps; }
 
 /* group.c: runs t now (no group open, NULL stream), queues it on its stream,
- * or adds it to the thread's open group. */
+ * or adds it to the thread's open group. Takes ownership of t->v, also on
+ * failure. */
 loomResult_t group_submit(const struct coll_task* t);
 
 /* exec_host.c: runs the tasks of one launch (one group, or one call) to the
  * end: every communicator's tasks in order, all communicators together. */
 loomResult_t exec_tasks(struct coll_task* tasks, int ntasks);
+
+/* algos.c: the plan of a collective task, by the algorithm the tuner picks
+ * among those that can serve it. out is initialised here. */
+loomResult_t algo_plan(const struct coll_task* t, struct plan* out);
+/* The algorithms (TUNE_ALGO_BIT mask) that can serve kind. */
+unsigned algo_available(enum coll_kind kind);
+
+/* group.c: frees what tasks own (all-to-all-v arrays). */
+void tasks_release(struct coll_task* tasks, int ntasks);
 
 /* p2p.c: the plan of consecutive sends and receives on one communicator: one
  * step holding them all, so that no order of them can deadlock. Buffer k of

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../core/checks.h"
 #include "../core/fault.h"
@@ -69,6 +70,23 @@ static void exec_reset(struct exec* e) {
   e->nbufs = 0;
 }
 
+/* Points PB_SCRATCH at the communicator's scratch, grown to what the plan
+ * needs. Safe: the communicator's exec_lock is held for the whole launch. */
+static loomResult_t exec_scratch(struct exec* e) {
+  size_t need = e->plan.buf_count[PB_SCRATCH] * e->esize;
+  struct coll_comm* cc = e->comm->coll;
+  if (need > cc->scratch_bytes) {
+    void* p = malloc(need);
+    if (!p)
+      return err_set(e->comm, loomSystemError, "out of memory for %zu bytes of scratch", need);
+    free(cc->scratch);
+    cc->scratch = p;
+    cc->scratch_bytes = need;
+  }
+  e->bufs[PB_SCRATCH] = cc->scratch;
+  return loomSuccess;
+}
+
 /* Turns the tasks starting at run->next into the next plan. */
 static loomResult_t exec_prepare(struct comm_run* run) {
   struct exec* e = &run->ex;
@@ -109,21 +127,10 @@ static loomResult_t exec_prepare(struct comm_run* run) {
   e->redop = redop_is_premul(t->op) || t->op == loomAvg ? loomSum : t->op;
   e->scalar = t->scalar_ptr ? t->scalar_ptr : t->scalar;
   run->next++;
-  struct coll_args a = {0};
-  a.nranks = comm->nranks;
-  a.rank = comm->rank;
-  a.count = t->count;
-  a.slice_elems = LOOM_MAX(params_get()->slice_size / e->esize, (size_t)1);
-  a.premul = redop_is_premul(t->op);
-  a.avg = t->op == loomAvg;
-  plan_init(&e->plan, comm->rank, comm->nranks, "ring");
-  switch (tune_pick_allreduce(comm->nranks, t->count * e->esize)) {
-    case TUNE_RING:
-    default:
-      LOOM_CHECK(ring_allreduce_build(&a, &e->plan));
-      break;
-  }
-  if (fault_hit("allreduce", comm->rank)) e->fault_step = e->plan.nsteps / 2;
+  LOOM_CHECK(algo_plan(t, &e->plan));
+  LOOM_CHECK(exec_scratch(e));
+  if (t->kind == COLL_ALLREDUCE && fault_hit("allreduce", comm->rank))
+    e->fault_step = e->plan.nsteps / 2;
   return loomSuccess;
 }
 
@@ -279,6 +286,20 @@ static loomResult_t run_progress(struct comm_run* run, int* moved) {
   }
 }
 
+/* A transport sees only that a peer's connection closed; the bootstrap
+ * learns (within milliseconds) which rank failed first and why. Give it a
+ * moment, so the error names the cause rather than a survivor that left. */
+static loomResult_t root_cause(struct loomComm* comm, loomResult_t r) {
+  if (r != loomRemoteError) return r;
+  struct deadline grace = deadline_in_ms(500);
+  while (!deadline_passed(&grace)) {
+    int e = atomic_load(&comm->async_error);
+    if (e != loomSuccess && e != loomInProgress) return comm_health(comm);
+    usleep(5000);
+  }
+  return r;
+}
+
 static loomResult_t runs_drive(struct comm_run* runs, int nruns) {
   int spin = 0, spin_max = 1 << 30;
   for (int i = 0; i < nruns; i++) spin_max = LOOM_MIN(spin_max, tp_spin_count(runs[i].comm));
@@ -293,7 +314,7 @@ static loomResult_t runs_drive(struct comm_run* runs, int nruns) {
     for (int i = 0; i < nruns; i++) {
       if (runs[i].done) continue;
       loomResult_t r = run_progress(&runs[i], &moved);
-      if (r != loomSuccess) return r;
+      if (r != loomSuccess) return root_cause(runs[i].comm, r);
     }
     if (moved) {
       spin = 0;

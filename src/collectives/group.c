@@ -25,6 +25,11 @@ struct launch {
   int refs;
 };
 
+void tasks_release(struct coll_task* tasks, int ntasks) {
+  for (int i = 0; i < ntasks; i++) free(tasks[i].v);
+  free(tasks);
+}
+
 static void launch_unref(struct launch* l) {
   pthread_mutex_lock(&l->lock);
   int last = --l->refs == 0;
@@ -32,7 +37,7 @@ static void launch_unref(struct launch* l) {
   if (!last) return;
   pthread_mutex_destroy(&l->lock);
   pthread_cond_destroy(&l->cond);
-  free(l->tasks);
+  tasks_release(l->tasks, l->ntasks);
   free(l);
 }
 
@@ -60,7 +65,7 @@ static void launch_free(void* arg) { launch_unref(arg); }
 static loomResult_t launch_on_streams(struct coll_task* tasks, int ntasks, loomStream_t first) {
   struct launch* l = calloc(1, sizeof(*l));
   if (!l) {
-    free(tasks);
+    tasks_release(tasks, ntasks);
     return err_set(NULL, loomSystemError, "out of memory");
   }
   l->tasks = tasks;
@@ -96,21 +101,27 @@ static loomResult_t launch(struct coll_task* tasks, int ntasks) {
   for (int i = 0; i < ntasks && !first; i++) first = tasks[i].stream;
   if (first) return launch_on_streams(tasks, ntasks, first);
   loomResult_t r = exec_tasks(tasks, ntasks);
-  free(tasks);
+  tasks_release(tasks, ntasks);
   return r;
 }
 
 loomResult_t group_submit(const struct coll_task* t) {
   if (group_depth == 0) {
     struct coll_task* one = malloc(sizeof(*one));
-    if (!one) return err_set(t->comm, loomSystemError, "out of memory");
+    if (!one) {
+      free(t->v);
+      return err_set(t->comm, loomSystemError, "out of memory");
+    }
     *one = *t;
     return launch(one, 1);
   }
   if (group_ntasks == group_cap) {
     int cap = group_cap ? group_cap * 2 : 16;
     struct coll_task* n = realloc(group_tasks, (size_t)cap * sizeof(*n));
-    if (!n) return err_set(t->comm, loomSystemError, "out of memory");
+    if (!n) {
+      free(t->v);
+      return err_set(t->comm, loomSystemError, "out of memory");
+    }
     group_tasks = n;
     group_cap = cap;
   }

@@ -101,36 +101,110 @@ static inline size_t part_begin(size_t count, int n, int i) {
   return base * (size_t)i + ((size_t)i < extra ? (size_t)i : extra);
 }
 
-/* What a collective asks of its plan. */
+/* What a collective asks of its plan.
+ *
+ * Buffers per collective, in elements (c = count), as the public API defines
+ * them; "in place" is where the user may put sendbuff relative to recvbuff:
+ *   all-reduce       SEND c,   RECV c;   in place: SEND == RECV
+ *   broadcast        SEND c (root only), RECV c;     in place: SEND == RECV at root
+ *   reduce           SEND c,   RECV c (root only);   in place: SEND == RECV at root
+ *   all-gather       SEND c,   RECV n*c; in place: SEND == RECV + rank*c
+ *   reduce-scatter   SEND n*c, RECV c;   in place: RECV == SEND + rank*c
+ *   all-to-all       SEND n*c, RECV n*c; (c elements to and from each peer)
+ *   all-to-all-v     SEND/RECV by counts and displacements per peer
+ *   gather           SEND c,   RECV n*c (root only); in place at root: SEND == RECV + root*c
+ *   scatter          SEND n*c (root only), RECV c;   in place at root: RECV == SEND + root*c
+ * A buffer that is "root only" may be NULL elsewhere: plans never touch it
+ * there (partial results live in PB_SCRATCH, whose size the plan sets in
+ * buf_count[PB_SCRATCH]). Plans never write PB_SEND. */
 struct coll_args {
   int nranks;
   int rank;
-  size_t count;       /* elements of the receive buffer for all-reduce */
+  size_t count;       /* c above */
   size_t slice_elems; /* largest piece one pipeline step moves, > 0 */
   int premul;         /* PreMulSum: scale the input first */
   int avg;            /* loomAvg: divide by nranks at the end */
+  int root;           /* broadcast, reduce, gather, scatter */
+  /* all-to-all-v, this rank's view, nranks entries each (elements). */
+  const size_t* sendcounts;
+  const size_t* sdispls;
+  const size_t* recvcounts;
+  const size_t* rdispls;
 };
 
-/* Ring all-reduce (src/collectives/ring.c): reduce-scatter then all-gather
- * around the ring rank -> rank + 1, each chunk pipelined in slices. The
- * input is read from PB_SEND (or from PB_RECV after the pre-multiply) and
- * never written. */
+/* ---- Generators: each fills out (already plan_init'ed) for one rank. ---- */
+
+/* src/collectives/ring.c: the ring rank -> rank + 1, chunks pipelined in
+ * slices. All-reduce is reduce-scatter then all-gather. Broadcast and reduce
+ * are a pipelined chain starting (ending) at the root. */
 loomResult_t ring_allreduce_build(const struct coll_args* a, struct plan* out);
+loomResult_t ring_reducescatter_build(const struct coll_args* a, struct plan* out);
+loomResult_t ring_allgather_build(const struct coll_args* a, struct plan* out);
+loomResult_t ring_broadcast_build(const struct coll_args* a, struct plan* out);
+loomResult_t ring_reduce_build(const struct coll_args* a, struct plan* out);
+
+/* src/collectives/tree.c: a double binary tree (two complementary trees, each
+ * carrying half of the data, as NCCL does across nodes), pipelined in
+ * slices: reduce up the trees, broadcast down them. */
+loomResult_t tree_allreduce_build(const struct coll_args* a, struct plan* out);
+loomResult_t tree_broadcast_build(const struct coll_args* a, struct plan* out);
+loomResult_t tree_reduce_build(const struct coll_args* a, struct plan* out);
+
+/* src/collectives/rhd.c: recursive halving and doubling (Rabenseifner) with
+ * the usual fold for rank counts that are not powers of two; recursive
+ * doubling for (small) all-gather. */
+loomResult_t rhd_allreduce_build(const struct coll_args* a, struct plan* out);
+loomResult_t rhd_reducescatter_build(const struct coll_args* a, struct plan* out);
+loomResult_t rhd_allgather_build(const struct coll_args* a, struct plan* out);
+
+/* src/collectives/alltoall.c: pairwise exchange (large messages), Bruck's
+ * algorithm (small ones, through PB_SCRATCH), pairwise all-to-all-v, and
+ * the direct gather and scatter (root exchanges with every rank at once). */
+loomResult_t pairwise_alltoall_build(const struct coll_args* a, struct plan* out);
+loomResult_t bruck_alltoall_build(const struct coll_args* a, struct plan* out);
+loomResult_t pairwise_alltoallv_build(const struct coll_args* a, struct plan* out);
+loomResult_t direct_gather_build(const struct coll_args* a, struct plan* out);
+loomResult_t direct_scatter_build(const struct coll_args* a, struct plan* out);
 
 /* ---- Checker (src/collectives/check.c) ---- */
 
-/* What a collective must leave: for each rank and element of its receive
- * buffer, which ranks' contributions (bit r = rank r) of which source element
- * index it must hold. */
-enum check_kind { CHECK_ALLREDUCE = 0 };
+/* What a collective must leave, per rank and element of its receive buffer:
+ * which ranks' contributions (bit r = rank r) of which source element. */
+enum check_kind {
+  CHECK_ALLREDUCE = 0,
+  CHECK_BROADCAST,
+  CHECK_REDUCE,
+  CHECK_ALLGATHER,
+  CHECK_REDUCESCATTER,
+  CHECK_ALLTOALL,
+  CHECK_ALLTOALLV,
+  CHECK_GATHER,
+  CHECK_SCATTER,
+  CHECK_KIND_COUNT
+};
+
+/* Everything the checker needs to know about the call besides the plans. */
+struct check_spec {
+  enum check_kind kind;
+  int nranks;
+  size_t count;
+  int root;
+  /* CHECK_ALLTOALLV: counts[src * nranks + dst] elements from src to dst;
+   * each rank's send displacement for dst and receive displacement for src
+   * are the running sums in rank order (what the tests build). */
+  const size_t* a2av_counts;
+};
 
 /* Simulates the plans of all nranks ranks symbolically (no transport, no
  * data), following each contribution. Proves: ops within bounds; steps free
  * of internal hazards; every send matched by a receive of the same count in
  * order; no deadlock under rendezvous semantics; no contribution counted
- * twice; and that each rank ends with exactly what kind requires. nranks <=
- * 64. Returns 0 when the plans are correct, else -1 with a reason in
- * why_out. */
+ * twice; and that each rank ends with exactly what the collective requires,
+ * out of place and in place. nranks <= 64. Returns 0 when the plans are
+ * correct, else -1 with a reason in why_out. */
+int plan_check_spec(const struct check_spec* spec, const struct plan* plans, char* why_out,
+                    size_t why_len);
+/* plan_check_spec for the collectives without a root or counts. */
 int plan_check(enum check_kind kind, int nranks, size_t count, const struct plan* plans,
                char* why_out, size_t why_len);
 

@@ -1,17 +1,145 @@
-/* tune.c - algorithm choice. */
+/* tune.c - the cost model and the choice it makes. */
 #include "tune.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "../core/debug.h"
 #include "../core/params.h"
+#include "../core/util.h"
 
-static const char* const algo_names[TUNE_ALGO_COUNT] = {"ring"};
+static const char* const algo_names[TUNE_ALGO_COUNT] = {"ring",     "tree",  "rhd",
+                                                        "pairwise", "bruck", "direct"};
+static const char* const coll_names[TUNE_COLL_COUNT] = {
+    "allreduce", "broadcast", "reduce", "allgather", "reducescatter",
+    "alltoall",  "alltoallv", "gather", "scatter"};
 
 const char* tune_algo_name(enum tune_algo a) {
   return (unsigned)a < TUNE_ALGO_COUNT ? algo_names[a] : "unknown";
+}
+const char* tune_coll_name(enum tune_coll c) {
+  return (unsigned)c < TUNE_COLL_COUNT ? coll_names[c] : "unknown";
+}
+int tune_algo_parse(const char* name) {
+  for (int a = 0; a < TUNE_ALGO_COUNT; a++)
+    if (strcasecmp(name, algo_names[a]) == 0) return a;
+  return -1;
+}
+
+/* ---- The model ---- */
+
+static double slices(double bytes, double slice) {
+  return bytes <= 0 ? 0 : ceil(bytes / slice);
+}
+static int log2_floor(int n) {
+  int k = 0;
+  while ((2 << k) <= n) k++;
+  return k;
+}
+static int log2_ceil(int n) {
+  int k = 0;
+  while ((1 << k) < n) k++;
+  return k;
+}
+
+/* A pipelined chain or tree: the first slice takes depth hops, the rest
+ * follow one slice time apart. fan is how many children each hop feeds. */
+static double pipeline_us(const struct tune_consts* k, int depth, double bytes, double slice,
+                          int fan) {
+  double ns = slices(bytes, slice), sl = fmin(slice, bytes);
+  double per = k->step_us + fan * sl / (k->copy_gbps * 1e3);
+  return (depth - 1 + ns) * per;
+}
+
+static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n, double S,
+                           double sl) {
+  double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
+  switch (a) {
+    case TUNE_RING:
+      return 2 * (n - 1) * slices(S / n, sl) * k->step_us + 2.0 * (n - 1) / n * S / B +
+             (double)(n - 1) / n * S / R;
+    case TUNE_TREE: {
+      int depth = log2_floor(n) + 1;
+      return 2 * pipeline_us(k, depth, S / 2, sl, 2) + S / R;
+    }
+    case TUNE_RHD: {
+      int p = 1 << log2_floor(n), lg = log2_floor(n);
+      double t = 0;
+      for (int i = 1; i <= lg; i++) t += 2 * slices(S / (1 << i), sl) * k->step_us;
+      t += 2.0 * (p - 1) / p * S / B + (double)(p - 1) / p * S / R;
+      if (p != n) t += 2 * slices(S, sl) * k->step_us + 2 * S / B + S / R;
+      return t;
+    }
+    default: return -1;
+  }
+}
+
+double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tune_algo a,
+                       int nranks, size_t bytes_in, size_t slice_bytes) {
+  int n = nranks;
+  double S = (double)bytes_in, sl = (double)LOOM_MAX(slice_bytes, (size_t)64);
+  double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
+  double t = -1;
+  if (n <= 1) return a == TUNE_RING || a == TUNE_PAIRWISE || a == TUNE_DIRECT ? S / B : -1;
+  switch (coll) {
+    case TUNE_ALLREDUCE: t = allreduce_us(k, a, n, S, sl); break;
+    case TUNE_BROADCAST:
+    case TUNE_REDUCE: {
+      double red = coll == TUNE_REDUCE ? S / R : 0;
+      if (a == TUNE_RING) t = pipeline_us(k, n - 1, S, sl, 1) + red;
+      if (a == TUNE_TREE) t = pipeline_us(k, log2_floor(n) + 1, S / 2, sl, 2) + red;
+      break;
+    }
+    case TUNE_ALLGATHER:
+    case TUNE_REDUCESCATTER: {
+      double red = coll == TUNE_REDUCESCATTER ? (double)(n - 1) / n * S / R : 0;
+      double bw = (double)(n - 1) / n * S / B + red;
+      if (a == TUNE_RING) t = (n - 1) * slices(S / n, sl) * k->step_us + bw;
+      if (a == TUNE_RHD) {
+        int p = 1 << log2_floor(n), lg = log2_floor(n);
+        t = bw;
+        for (int i = 0; i < lg; i++) t += slices(S * (1 << i) / n, sl) * k->step_us;
+        if (p != n) t += 2 * slices(S / n, sl) * k->step_us + S / n / B;
+      }
+      break;
+    }
+    case TUNE_ALLTOALL:
+    case TUNE_ALLTOALLV:
+      if (a == TUNE_PAIRWISE) t = (n - 1) * slices(S / n, sl) * k->step_us + (double)(n - 1) / n * S / B;
+      if (a == TUNE_BRUCK && coll == TUNE_ALLTOALL)
+        t = log2_ceil(n) * (k->step_us + S / 2 / B) + 2 * S / B;
+      break;
+    case TUNE_GATHER:
+    case TUNE_SCATTER:
+      if (a == TUNE_DIRECT) t = k->step_us + (double)(n - 1) / n * S / B;
+      break;
+    default: break;
+  }
+  /* Ranks beyond the cores take turns on them. */
+  if (t > 0 && n > k->ncpus) t *= (double)n / k->ncpus;
+  return t;
+}
+
+enum tune_algo tune_pick_model(const struct tune_consts* k, enum tune_coll coll, int nranks,
+                               size_t bytes, size_t slice_bytes, unsigned avail) {
+  enum tune_algo best = TUNE_ALGO_COUNT;
+  double best_t = 0;
+  for (int a = 0; a < TUNE_ALGO_COUNT; a++) {
+    if (!(avail & TUNE_ALGO_BIT(a))) continue;
+    double t = tune_predict_us(k, coll, (enum tune_algo)a, nranks, bytes, slice_bytes);
+    if (t < 0) continue;
+    if (best == TUNE_ALGO_COUNT || t < best_t) {
+      best = (enum tune_algo)a;
+      best_t = t;
+    }
+  }
+  if (best == TUNE_ALGO_COUNT) /* nothing predicted: the first available */
+    for (int a = TUNE_ALGO_COUNT - 1; a >= 0; a--)
+      if (avail & TUNE_ALGO_BIT(a)) best = (enum tune_algo)a;
+  return best;
 }
 
 /* LOOM_ALGO is "name" or "coll:name;coll:name". Returns the name forced for
@@ -29,14 +157,17 @@ static const char* forced_for(const char* spec, const char* coll, char* buf, siz
   return NULL;
 }
 
-enum tune_algo tune_pick_allreduce(int nranks, size_t bytes) {
+enum tune_algo tune_pick(enum tune_coll coll, int nranks, size_t bytes, size_t slice_bytes,
+                         unsigned avail) {
   char buf[256];
-  const char* want = forced_for(params_get()->algo, "allreduce", buf, sizeof(buf));
+  const char* want = forced_for(params_get()->algo, tune_coll_name(coll), buf, sizeof(buf));
   if (want) {
-    for (int a = 0; a < TUNE_ALGO_COUNT; a++)
-      if (strcasecmp(want, algo_names[a]) == 0) return (enum tune_algo)a;
-    LOOM_INFO(SUB_TUNE, "LOOM_ALGO asks for '%s' for all-reduce, which does not exist here; using %s",
-              want, algo_names[TUNE_RING]);
+    int a = tune_algo_parse(want);
+    if (a >= 0 && (avail & TUNE_ALGO_BIT(a))) return (enum tune_algo)a;
+    enum tune_algo m = tune_pick_model(tune_consts_get(), coll, nranks, bytes, slice_bytes, avail);
+    LOOM_INFO(SUB_TUNE, "LOOM_ALGO asks for '%s', which cannot serve %s; using %s", want,
+              tune_coll_name(coll), tune_algo_name(m));
+    return m;
   }
-  return TUNE_RING;
+  return tune_pick_model(tune_consts_get(), coll, nranks, bytes, slice_bytes, avail);
 }

@@ -1,17 +1,79 @@
-/* tune.h - the tuner: which algorithm serves a call. For now one family
- * exists (ring); LOOM_ALGO is parsed here so that forcing a choice already
- * works the way it will when more families arrive. */
+/* tune.h - the tuner: which algorithm serves a call.
+ *
+ * A cost model per algorithm, time = steps * latency + bytes moved per rank /
+ * bandwidth (+ bytes reduced / reduction bandwidth), with constants measured
+ * on this host at first use (a short calibration cached under the user's
+ * cache directory) or read from LOOM_TUNING_FILE. LOOM_ALGO forces a choice;
+ * a forced choice that cannot serve the call falls back with one INFO line.
+ * The topology layer knows collectives only by this enum, not by their code. */
 #ifndef LOOM_TOPO_TUNE_H
 #define LOOM_TOPO_TUNE_H
 
 #include <stddef.h>
 
-enum tune_algo { TUNE_RING = 0, TUNE_ALGO_COUNT };
+/* Same order as the collectives layer's enum coll_kind. */
+enum tune_coll {
+  TUNE_ALLREDUCE = 0,
+  TUNE_BROADCAST,
+  TUNE_REDUCE,
+  TUNE_ALLGATHER,
+  TUNE_REDUCESCATTER,
+  TUNE_ALLTOALL,
+  TUNE_ALLTOALLV,
+  TUNE_GATHER,
+  TUNE_SCATTER,
+  TUNE_COLL_COUNT
+};
 
-/* The algorithm for an all-reduce of bytes over nranks ranks: LOOM_ALGO's
- * choice when it names one that exists (else one INFO line and the model's),
- * otherwise the model's. Thread safe. */
-enum tune_algo tune_pick_allreduce(int nranks, size_t bytes);
+enum tune_algo {
+  TUNE_RING = 0,
+  TUNE_TREE,
+  TUNE_RHD,
+  TUNE_PAIRWISE,
+  TUNE_BRUCK,
+  TUNE_DIRECT,
+  TUNE_ALGO_COUNT
+};
+#define TUNE_ALGO_BIT(a) (1u << (a))
+
+/* The measured (or loaded) constants of the model. */
+struct tune_consts {
+  double step_us;     /* one pipeline step between two ranks: post, signal, wake */
+  double copy_gbps;   /* one rank's copy bandwidth through a connection, GB/s */
+  double reduce_gbps; /* one rank's reduction bandwidth, GB/s of output */
+  int ncpus;          /* ranks beyond this share cores */
+};
+
+/* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh
+ * calibration (about 100 ms, then cached). Thread safe; never fails (falls
+ * back to built-in values with an INFO line). */
+const struct tune_consts* tune_consts_get(void);
+/* Measures the constants now (for loom_info and tests). */
+void tune_calibrate(struct tune_consts* out);
+
+/* The predicted time in microseconds of coll over nranks ranks of one host,
+ * with the given slice size. bytes is the size of the whole vector: the
+ * buffer of all-reduce, broadcast and reduce, the send buffer of
+ * reduce-scatter, all-to-all and scatter, the receive buffer of all-gather
+ * and gather (each rank's share is bytes / nranks). A negative value means the
+ * algorithm cannot serve the call. Pure given the constants. */
+double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tune_algo algo,
+                       int nranks, size_t bytes, size_t slice_bytes);
+
+/* The algorithm for a call: among the algorithms in avail (TUNE_ALGO_BIT
+ * mask), LOOM_ALGO's choice when it names one of them, otherwise the
+ * cheapest predicted. Thread safe. */
+enum tune_algo tune_pick(enum tune_coll coll, int nranks, size_t bytes, size_t slice_bytes,
+                         unsigned avail);
+/* As tune_pick with explicit constants and no LOOM_ALGO: the model's own
+ * choice (unit tests, loom_info --tuning). */
+enum tune_algo tune_pick_model(const struct tune_consts* k, enum tune_coll coll, int nranks,
+                               size_t bytes, size_t slice_bytes, unsigned avail);
+
 const char* tune_algo_name(enum tune_algo a);
+const char* tune_coll_name(enum tune_coll c);
+/* Parses an algorithm name ("ring", "tree", "rhd", "pairwise", "bruck",
+ * "direct"); -1 if unknown. */
+int tune_algo_parse(const char* name);
 
 #endif

@@ -49,6 +49,18 @@ class Plans {
   std::vector<plan> p_;
 };
 
+// coll_args for a collective without a root or counts.
+coll_args Args(int n, int rank, size_t count, size_t slice, bool premul = false, bool avg = false) {
+  coll_args a{};
+  a.nranks = n;
+  a.rank = rank;
+  a.count = count;
+  a.slice_elems = slice;
+  a.premul = premul ? 1 : 0;
+  a.avg = avg ? 1 : 0;
+  return a;
+}
+
 plan_ref Ref(plan_buf b, size_t off) {
   return plan_ref_make(b, off);
 }
@@ -65,7 +77,7 @@ void Local(plan& p, plan_op_kind k, plan_buf db, plan_buf sb, size_t n) {
 
 void BuildRing(Plans& ps, size_t count, size_t slice, bool premul, bool avg) {
   for (int r = 0; r < ps.n(); r++) {
-    coll_args a = {ps.n(), r, count, slice, premul ? 1 : 0, avg ? 1 : 0};
+    coll_args a = Args(ps.n(), r, count, slice, premul, avg);
     ASSERT_EQ(ring_allreduce_build(&a, &ps[r]), loomSuccess) << "rank " << r;
   }
 }
@@ -230,8 +242,8 @@ TEST(RingAllReduce, OneRank) {
 TEST(RingAllReduce, RejectsBadArguments) {
   plan p;
   plan_init(&p, 0, 2, "ring");
-  coll_args zero_slice = {2, 0, 10, 0, 0, 0};
-  coll_args bad_rank = {2, 2, 10, 4, 0, 0};
+  coll_args zero_slice = Args(2, 0, 10, 0);
+  coll_args bad_rank = Args(2, 2, 10, 4);
   EXPECT_EQ(ring_allreduce_build(&zero_slice, &p), loomInvalidArgument);
   EXPECT_EQ(ring_allreduce_build(&bad_rank, &p), loomInvalidArgument);
   plan_free(&p);

@@ -1,0 +1,66 @@
+/* algos.c - from a task to its plan: which algorithm families can serve
+ * each collective, the tuner's pick among them, and the generator call. */
+#include "../core/checks.h"
+#include "../core/params.h"
+#include "../kernels/cpu/cpu_kernels.h"
+#include "../topo/tune.h"
+#include "coll.h"
+
+typedef loomResult_t (*gen_fn)(const struct coll_args* a, struct plan* out);
+
+_Static_assert((int)TUNE_ALLREDUCE == (int)COLL_ALLREDUCE && (int)TUNE_SCATTER == (int)COLL_SCATTER,
+               "tune_coll and coll_kind must keep one order");
+
+static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
+    [COLL_ALLREDUCE] = {[TUNE_RING] = ring_allreduce_build},
+};
+
+/* The size the tuner reasons about: the whole vector (tune.h). */
+static size_t task_bytes(const struct coll_task* t, int n) {
+  size_t es = dtype_size(t->dtype);
+  switch (t->kind) {
+    case COLL_ALLGATHER:
+    case COLL_REDUCESCATTER:
+    case COLL_ALLTOALL:
+    case COLL_GATHER:
+    case COLL_SCATTER: return t->count * es * (size_t)n;
+    default: return t->count * es;
+  }
+}
+
+unsigned algo_available(enum coll_kind kind) {
+  unsigned avail = 0;
+  if ((unsigned)kind >= COLL_SEND) return 0;
+  for (int g = 0; g < TUNE_ALGO_COUNT; g++)
+    if (generators[kind][g]) avail |= TUNE_ALGO_BIT(g);
+  return avail;
+}
+
+loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
+  struct loomComm* comm = t->comm;
+  int n = comm->nranks;
+  size_t es = dtype_size(t->dtype);
+  struct coll_args a = {0};
+  a.nranks = n;
+  a.rank = comm->rank;
+  a.count = t->count;
+  a.slice_elems = LOOM_MAX(params_get()->slice_size / es, (size_t)1);
+  a.premul = redop_is_premul(t->op);
+  a.avg = t->op == loomAvg;
+  a.root = t->root;
+  if (t->kind == COLL_ALLTOALLV) {
+    a.sendcounts = t->v;
+    a.sdispls = t->v + n;
+    a.recvcounts = t->v + 2 * n;
+    a.rdispls = t->v + 3 * n;
+  }
+  unsigned avail = algo_available(t->kind);
+  if (!avail)
+    return err_set(comm, loomInternalError, "no algorithm can serve collective kind %d", t->kind);
+  enum tune_algo algo =
+      tune_pick((enum tune_coll)t->kind, n, task_bytes(t, n), a.slice_elems * es, avail);
+  plan_init(out, comm->rank, n, tune_algo_name(algo));
+  LOOM_TRACE(SUB_TUNE, "rank %d: %s of %zu bytes by %s", comm->rank, tune_coll_name((enum tune_coll)t->kind),
+             task_bytes(t, n), tune_algo_name(algo));
+  return generators[t->kind][algo](&a, out);
+}
