@@ -3,6 +3,7 @@
 # sanitizer passes. Exits non-zero if anything fails.
 #   scripts/test.sh            everything (what CI runs)
 #   LOOM_TEST_QUICK=1 scripts/test.sh   the main build's tests only
+#   (cd build && ctest -L long)          the full collective matrix, outside CI
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -25,7 +26,7 @@ build_and_test() { # dir, cmake args..., -- ctest args...
   (cd "$dir" && ctest --output-on-failure --timeout 600 -j"$jobs" "${targs[@]}")
 }
 
-build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE sanity
+build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE "sanity|long"
 if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then exit 0; fi
 # Sanitizers over the unit tests and a covering part of the multi-rank tests.
 build_and_test build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=address,undefined -- -L "unit|sanity"

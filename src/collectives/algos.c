@@ -12,7 +12,19 @@ _Static_assert((int)TUNE_ALLREDUCE == (int)COLL_ALLREDUCE && (int)TUNE_SCATTER =
                "tune_coll and coll_kind must keep one order");
 
 static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
-    [COLL_ALLREDUCE] = {[TUNE_RING] = ring_allreduce_build},
+    [COLL_ALLREDUCE] = {[TUNE_RING] = ring_allreduce_build,
+                        [TUNE_TREE] = tree_allreduce_build,
+                        [TUNE_RHD] = rhd_allreduce_build},
+    [COLL_BROADCAST] = {[TUNE_RING] = ring_broadcast_build, [TUNE_TREE] = tree_broadcast_build},
+    [COLL_REDUCE] = {[TUNE_RING] = ring_reduce_build, [TUNE_TREE] = tree_reduce_build},
+    [COLL_ALLGATHER] = {[TUNE_RING] = ring_allgather_build, [TUNE_RHD] = rhd_allgather_build},
+    [COLL_REDUCESCATTER] = {[TUNE_RING] = ring_reducescatter_build,
+                            [TUNE_RHD] = rhd_reducescatter_build},
+    [COLL_ALLTOALL] = {[TUNE_PAIRWISE] = pairwise_alltoall_build,
+                       [TUNE_BRUCK] = bruck_alltoall_build},
+    [COLL_ALLTOALLV] = {[TUNE_PAIRWISE] = pairwise_alltoallv_build},
+    [COLL_GATHER] = {[TUNE_DIRECT] = direct_gather_build},
+    [COLL_SCATTER] = {[TUNE_DIRECT] = direct_scatter_build},
 };
 
 /* The size the tuner reasons about: the whole vector (tune.h). */

@@ -3,6 +3,8 @@
  * peer), record a task, and hand it to the group layer. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../core/checks.h"
 #include "../core/stream.h"
@@ -106,46 +108,213 @@ loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int
   return p2p_call(COLL_RECV, "loomRecv", NULL, recvbuff, count, datatype, peer, comm, stream);
 }
 
+/* ---- The other collectives ---- */
+
+static loomResult_t check_root(struct loomComm* comm, const char* fn, int root) {
+  if (root >= 0 && root < comm->nranks) return loomSuccess;
+  char why[96];
+  snprintf(why, sizeof(why), "root %d is out of range (the communicator has %d ranks)", root,
+           comm->nranks);
+  return bad(comm, fn, why);
+}
+
+/* Buffers a (alen bytes) and b (blen) may coincide only as allowed: at
+ * offset inplace_off of the larger one (or not at all when inplace_off is
+ * (size_t)-1); any other overlap is an error. */
+static loomResult_t check_overlap(struct loomComm* comm, const char* fn, const void* a, size_t alen,
+                                  const void* b, size_t blen, const void* inplace_at) {
+  if (!a || !b || !ranges_overlap(a, alen, b, blen)) return loomSuccess;
+  if (inplace_at && a == inplace_at) return loomSuccess;
+  return bad(comm, fn, "sendbuff and recvbuff overlap without being the in-place case");
+}
+
+static void task_fill(struct coll_task* t, enum coll_kind kind, struct loomComm* comm,
+                      loomStream_t stream, const void* sendbuff, void* recvbuff, size_t count,
+                      loomDataType_t dtype, int root) {
+  memset(t, 0, sizeof(*t));
+  t->kind = kind;
+  t->comm = comm;
+  t->stream = stream;
+  t->sendbuff = sendbuff;
+  t->recvbuff = recvbuff;
+  t->count = count;
+  t->dtype = dtype;
+  t->op = loomSum;
+  t->root = root;
+}
+
+loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
+  static const char fn[] = "loomBroadcast";
+  LOOM_CHECK(check_common(comm, fn, datatype, stream));
+  LOOM_CHECK(check_root(comm, fn, root));
+  size_t es = dtype_size(datatype), bytes = count * es;
+  LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, count, es));
+  if (comm->rank == root) {
+    LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, count, es));
+    LOOM_CHECK(check_overlap(comm, fn, sendbuff, bytes, recvbuff, bytes, recvbuff));
+  }
+  if (count == 0) return loomSuccess;
+  struct coll_task t;
+  task_fill(&t, COLL_BROADCAST, comm, stream, sendbuff, recvbuff, count, datatype, root);
+  return group_submit(&t);
+}
+
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
+  static const char fn[] = "loomReduce";
+  LOOM_CHECK(check_common(comm, fn, datatype, stream));
+  LOOM_CHECK(check_root(comm, fn, root));
+  size_t es = dtype_size(datatype), bytes = count * es;
+  LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, count, es));
+  if (comm->rank == root) {
+    LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, count, es));
+    LOOM_CHECK(check_overlap(comm, fn, sendbuff, bytes, recvbuff, bytes, recvbuff));
+  }
+  struct coll_task t;
+  task_fill(&t, COLL_REDUCE, comm, stream, sendbuff, recvbuff, count, datatype, root);
+  LOOM_CHECK(redop_resolve(comm, op, datatype, &t));
+  if (count == 0) return loomSuccess;
+  return group_submit(&t);
+}
+
+loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
+  static const char fn[] = "loomAllGather";
+  LOOM_CHECK(check_common(comm, fn, datatype, stream));
+  size_t es = dtype_size(datatype), n = (size_t)comm->nranks;
+  LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, sendcount, es));
+  LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, sendcount * n, es));
+  LOOM_CHECK(check_overlap(comm, fn, sendbuff, sendcount * es, recvbuff, sendcount * n * es,
+                           recvbuff ? (char*)recvbuff + (size_t)comm->rank * sendcount * es : NULL));
+  if (sendcount == 0) return loomSuccess;
+  struct coll_task t;
+  task_fill(&t, COLL_ALLGATHER, comm, stream, sendbuff, recvbuff, sendcount, datatype, 0);
+  return group_submit(&t);
+}
+
+loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               loomStream_t stream) {
+  static const char fn[] = "loomReduceScatter";
+  LOOM_CHECK(check_common(comm, fn, datatype, stream));
+  size_t es = dtype_size(datatype), n = (size_t)comm->nranks;
+  LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, recvcount * n, es));
+  LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, recvcount, es));
+  /* In place: recvbuff == sendbuff + rank * recvcount. */
+  const void* inplace = sendbuff ? (const char*)sendbuff + (size_t)comm->rank * recvcount * es : NULL;
+  if (recvbuff && ranges_overlap(sendbuff, recvcount * n * es, recvbuff, recvcount * es) &&
+      recvbuff != inplace)
+    return bad(comm, fn, "sendbuff and recvbuff overlap without being the in-place case");
+  struct coll_task t;
+  task_fill(&t, COLL_REDUCESCATTER, comm, stream, sendbuff, recvbuff, recvcount, datatype, 0);
+  LOOM_CHECK(redop_resolve(comm, op, datatype, &t));
+  if (recvcount == 0) return loomSuccess;
+  return group_submit(&t);
+}
+
+loomResult_t loomAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
+  static const char fn[] = "loomAlltoAll";
+  LOOM_CHECK(check_common(comm, fn, datatype, stream));
+  size_t es = dtype_size(datatype), n = (size_t)comm->nranks;
+  LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, count * n, es));
+  LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, count * n, es));
+  LOOM_CHECK(check_overlap(comm, fn, sendbuff, count * n * es, recvbuff, count * n * es, recvbuff));
+  if (count == 0) return loomSuccess;
+  struct coll_task t;
+  task_fill(&t, COLL_ALLTOALL, comm, stream, sendbuff, recvbuff, count, datatype, 0);
+  return group_submit(&t);
+}
+
+/* The extent (elements) of a buffer described by counts and displacements. */
+static size_t v_extent(const size_t* counts, const size_t* displs, int n) {
+  size_t end = 0;
+  for (int p = 0; p < n; p++)
+    if (counts[p] && displs[p] + counts[p] > end) end = displs[p] + counts[p];
+  return end;
+}
+
+loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
+  static const char fn[] = "loomAlltoAllv";
+  LOOM_CHECK(check_common(comm, fn, datatype, stream));
+  if (!sendcounts || !sdispls || !recvcounts || !rdispls)
+    return bad(comm, fn, "a count or displacement array is NULL");
+  int n = comm->nranks;
+  size_t es = dtype_size(datatype);
+  for (int p = 0; p < n; p++)
+    if (sendcounts[p] > SIZE_MAX / es || sdispls[p] > SIZE_MAX / es - sendcounts[p] ||
+        recvcounts[p] > SIZE_MAX / es || rdispls[p] > SIZE_MAX / es - recvcounts[p])
+      return bad(comm, fn, "a count or displacement is too large");
+  size_t sext = v_extent(sendcounts, sdispls, n), rext = v_extent(recvcounts, rdispls, n);
+  LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, sext, es));
+  LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, rext, es));
+  if (sendbuff && recvbuff && ranges_overlap(sendbuff, sext * es, recvbuff, rext * es))
+    return bad(comm, fn, "sendbuff and recvbuff overlap (all-to-all-v has no in-place form)");
+  struct coll_task t;
+  task_fill(&t, COLL_ALLTOALLV, comm, stream, sendbuff, recvbuff, 0, datatype, 0);
+  /* The arrays are read when the operation runs, perhaps on a stream:
+   * keep a copy. */
+  t.v = malloc(4 * (size_t)n * sizeof(size_t));
+  if (!t.v) return err_set(comm, loomSystemError, "out of memory");
+  memcpy(t.v, sendcounts, (size_t)n * sizeof(size_t));
+  memcpy(t.v + n, sdispls, (size_t)n * sizeof(size_t));
+  memcpy(t.v + 2 * n, recvcounts, (size_t)n * sizeof(size_t));
+  memcpy(t.v + 3 * n, rdispls, (size_t)n * sizeof(size_t));
+  t.count = sext > rext ? sext : rext;
+  if (sext == 0 && rext == 0) {
+    free(t.v);
+    return loomSuccess;
+  }
+  return group_submit(&t); /* owns t.v from here */
+}
+
+loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                        loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
+  static const char fn[] = "loomGather";
+  LOOM_CHECK(check_common(comm, fn, datatype, stream));
+  LOOM_CHECK(check_root(comm, fn, root));
+  size_t es = dtype_size(datatype), n = (size_t)comm->nranks;
+  LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, sendcount, es));
+  if (comm->rank == root) {
+    LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, sendcount * n, es));
+    LOOM_CHECK(check_overlap(comm, fn, sendbuff, sendcount * es, recvbuff, sendcount * n * es,
+                             recvbuff ? (char*)recvbuff + (size_t)root * sendcount * es : NULL));
+  }
+  if (sendcount == 0) return loomSuccess;
+  struct coll_task t;
+  task_fill(&t, COLL_GATHER, comm, stream, sendbuff, recvbuff, sendcount, datatype, root);
+  return group_submit(&t);
+}
+
+loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                         loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
+  static const char fn[] = "loomScatter";
+  LOOM_CHECK(check_common(comm, fn, datatype, stream));
+  LOOM_CHECK(check_root(comm, fn, root));
+  size_t es = dtype_size(datatype), n = (size_t)comm->nranks;
+  LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, recvcount, es));
+  if (comm->rank == root) {
+    LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, recvcount * n, es));
+    const void* inplace = sendbuff ? (const char*)sendbuff + (size_t)root * recvcount * es : NULL;
+    if (recvbuff && ranges_overlap(sendbuff, recvcount * n * es, recvbuff, recvcount * es) &&
+        recvbuff != inplace)
+      return bad(comm, fn, "sendbuff and recvbuff overlap without being the in-place case");
+  }
+  if (recvcount == 0) return loomSuccess;
+  struct coll_task t;
+  task_fill(&t, COLL_SCATTER, comm, stream, sendbuff, recvbuff, recvcount, datatype, root);
+  return group_submit(&t);
+}
+
 /* ---- Not available yet: they exist so every program links. ---- */
 
 static loomResult_t not_yet(const char* fn) {
   return err_set(NULL, loomInvalidUsage, "%s is not available yet in this version of Loom", fn);
 }
 
-loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
-  return not_yet("loomBroadcast");
-}
-loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
-                        loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
-  return not_yet("loomReduce");
-}
-loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
-  return not_yet("loomAllGather");
-}
-loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
-                               loomStream_t stream) {
-  return not_yet("loomReduceScatter");
-}
-loomResult_t loomAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
-                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
-  return not_yet("loomAlltoAll");
-}
-loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
-                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
-                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
-  return not_yet("loomAlltoAllv");
-}
-loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                        loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
-  return not_yet("loomGather");
-}
-loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                         loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
-  return not_yet("loomScatter");
-}
 loomResult_t loomMemAlloc(void** ptr, size_t size) { return not_yet("loomMemAlloc"); }
 loomResult_t loomMemFree(void* ptr) { return not_yet("loomMemFree"); }
 loomResult_t loomCommRegister(const loomComm_t comm, void* buff, size_t size, void** handle) {

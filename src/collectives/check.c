@@ -168,7 +168,8 @@ static int expect(const struct sim* s, int r, struct sym* want) {
         for (size_t i = 0; i < c; i++) want[(size_t)q * c + i] = mk(q, i, 0);
       return 1;
     case CHECK_REDUCESCATTER:
-      for (size_t i = 0; i < c; i++) want[i] = (struct sym){s->all, (int32_t)((size_t)r * c + i), f};
+      for (size_t i = 0; i < c; i++)
+        want[i] = (struct sym){s->all, (int32_t)((size_t)r * c + i), f};
       return 1;
     case CHECK_ALLTOALL:
       for (int q = 0; q < n; q++)
@@ -256,7 +257,8 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
   for (int w = 0; w < 2; w++) {
     struct plan_ref ref = w ? op->dst : op->src;
     if (!(w ? writes_dst(op->kind) : reads_src(op->kind)) || !absent(s, r, ref.buf)) continue;
-    return fail(s, "rank %d step %u: %s %s the %s buffer, which only the root (rank %d) has in a %s",
+    return fail(s,
+                "rank %d step %u: %s %s the %s buffer, which only the root (rank %d) has in a %s",
                 r, t, name, w ? "writes" : "reads", ref.buf == PB_SEND ? "send" : "receive",
                 s->root, s->kind->name);
   }

@@ -53,9 +53,10 @@ static loomResult_t init_body(struct loomComm* comm, const struct boot_id* id) {
   LOOM_CHECK(coll_comm_init(comm));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   LOOM_CHECK(boot_barrier(comm, &dl));
+  /* Everyone passed the last barrier: init is done. A peer that fails from
+   * here on (even at once) is the next operation's error, not init's. */
   int expect = loomInProgress;
   atomic_compare_exchange_strong(&comm->async_error, &expect, loomSuccess);
-  LOOM_CHECK(comm_health(comm));
   LOOM_INFO(SUB_INIT, "rank %d of %d ready (comm %016llx%s%s)", comm->rank, comm->nranks,
             (unsigned long long)comm->comm_hash, comm->name[0] ? ", " : "", comm->name);
   return loomSuccess;

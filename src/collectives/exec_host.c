@@ -32,6 +32,7 @@ struct exec {
   loomRedOp_t redop; /* built-in op for reductions */
   const void* scalar;
   const char* what;
+  int lane; /* LANE_COLL or LANE_P2P */
   uint32_t step;
   int posted;
   int connected;
@@ -40,9 +41,13 @@ struct exec {
   uint32_t fault_step; /* UINT32_MAX: none */
 };
 
-/* One communicator's share of a launch. */
+/* One communicator's share of a launch, in one lane: its collectives in
+ * order, or all its sends and receives as one plan. The two lanes of a
+ * communicator progress side by side, over separate connections, so a
+ * receive posted after a collective in a group can still meet its send. */
 struct comm_run {
   struct loomComm* comm;
+  int lane;
   struct coll_task* tasks; /* this comm's tasks, in call order */
   int ntasks;
   int next;                /* first task not yet turned into an exec */
@@ -100,6 +105,7 @@ static loomResult_t exec_prepare(struct comm_run* run) {
   e->nxf = 0;
   e->fault_step = UINT32_MAX;
   e->what = coll_what(t->kind);
+  e->lane = run->lane;
   if (t->kind == COLL_SEND || t->kind == COLL_RECV) {
     int n = 0;
     while (run->next + n < run->ntasks &&
@@ -142,7 +148,7 @@ static loomResult_t exec_connect(struct exec* e, int* ready_out) {
     const struct plan_op* op = &e->plan.ops[i];
     if (op->kind != OP_SEND && op->kind != OP_RECV && op->kind != OP_RECV_REDUCE) continue;
     struct conn* c;
-    LOOM_CHECK(tp_conn_get(e->comm, op->peer, op->kind == OP_SEND, &c));
+    LOOM_CHECK(tp_conn_get(e->comm, op->peer, op->kind == OP_SEND, e->lane, &c));
     loomResult_t r = c->tp->connect_test(c);
     if (r == loomInProgress)
       ready = 0;
@@ -179,7 +185,7 @@ static loomResult_t exec_post_step(struct exec* e) {
         x->bytes = bytes;
         x->dtype = e->dtype;
         x->op = e->redop;
-        LOOM_CHECK(tp_conn_get(e->comm, op->peer, op->kind == OP_SEND, &c));
+        LOOM_CHECK(tp_conn_get(e->comm, op->peer, op->kind == OP_SEND, e->lane, &c));
         if (op->kind == OP_SEND) {
           x->src = src;
           LOOM_CHECK(c->tp->send_post(c, x));
@@ -336,10 +342,13 @@ static loomResult_t runs_drive(struct comm_run* runs, int nruns) {
 static int comm_order(const void* a, const void* b) {
   const struct comm_run* x = a;
   const struct comm_run* y = b;
-  return (x->comm > y->comm) - (x->comm < y->comm);
+  if (x->comm != y->comm) return (x->comm > y->comm) - (x->comm < y->comm);
+  return x->lane - y->lane;
 }
 
-/* Groups the launch's tasks by communicator, keeping each one's order. */
+static int is_p2p(const struct coll_task* t) { return t->kind == COLL_SEND || t->kind == COLL_RECV; }
+
+/* Groups the launch's tasks by communicator and lane, keeping their order. */
 static loomResult_t runs_make(struct coll_task* tasks, int ntasks, struct comm_run** out,
                               int* nout) {
   struct comm_run* runs = calloc((size_t)ntasks, sizeof(*runs));
@@ -351,13 +360,15 @@ static loomResult_t runs_make(struct coll_task* tasks, int ntasks, struct comm_r
   }
   int nruns = 0, pos = 0;
   for (int i = 0; i < ntasks; i++) {
-    int seen = 0;
-    for (int r = 0; r < nruns; r++) seen |= runs[r].comm == tasks[i].comm;
+    int lane = is_p2p(&tasks[i]) ? LANE_P2P : LANE_COLL, seen = 0;
+    for (int r = 0; r < nruns; r++) seen |= runs[r].comm == tasks[i].comm && runs[r].lane == lane;
     if (seen) continue;
     runs[nruns].comm = tasks[i].comm;
+    runs[nruns].lane = lane;
     runs[nruns].tasks = sorted + pos;
     for (int j = i; j < ntasks; j++)
-      if (tasks[j].comm == tasks[i].comm) sorted[pos++] = tasks[j];
+      if (tasks[j].comm == tasks[i].comm && (is_p2p(&tasks[j]) ? LANE_P2P : LANE_COLL) == lane)
+        sorted[pos++] = tasks[j];
     runs[nruns].ntasks = (int)(sorted + pos - runs[nruns].tasks);
     runs[nruns].dl = deadline_in_ms(tasks[i].comm->timeout_ms);
     nruns++;
@@ -378,20 +389,25 @@ loomResult_t exec_tasks(struct coll_task* tasks, int ntasks) {
   qsort(runs, (size_t)nruns, sizeof(*runs), comm_order);
   loomResult_t res = loomSuccess;
   for (int i = 0; i < nruns; i++) {
+    if (i > 0 && runs[i].comm == runs[i - 1].comm) continue; /* one lock per comm */
     pthread_mutex_lock(&runs[i].comm->coll->exec_lock);
     if (res == loomSuccess) res = comm_health(runs[i].comm);
   }
   if (res == loomSuccess) res = runs_drive(runs, nruns);
   if (res != loomSuccess) {
-    /* Transfers of an interrupted plan may still sit in connection queues:
-     * the communicators cannot be used again. */
-    for (int i = 0; i < nruns; i++)
-      if (!runs[i].done)
-        comm_set_failed(runs[i].comm, -1, res, "%s failed: %s", runs[i].ex.what ? runs[i].ex.what : "operation",
-                        err_thread_last());
+    /* Transfers of an interrupted plan may still sit in connection queues,
+     * some pointing into the caller's buffers: withdraw them all, and leave
+     * the communicator in error. */
+    for (int i = 0; i < nruns; i++) {
+      if (runs[i].done) continue;
+      comm_set_failed(runs[i].comm, -1, res, "%s failed: %s",
+                      runs[i].ex.what ? runs[i].ex.what : "operation", err_thread_last());
+      tp_comm_cancel(runs[i].comm);
+    }
   }
   for (int i = nruns - 1; i >= 0; i--) {
-    pthread_mutex_unlock(&runs[i].comm->coll->exec_lock);
+    if (i == 0 || runs[i].comm != runs[i - 1].comm)
+      pthread_mutex_unlock(&runs[i].comm->coll->exec_lock);
     exec_reset(&runs[i].ex);
     free(runs[i].ex.xf);
   }

@@ -41,6 +41,14 @@ static void launch_unref(struct launch* l) {
   free(l);
 }
 
+/* Frees a launch that was never queued. */
+static void launch_unref_init(struct launch* l) {
+  pthread_mutex_destroy(&l->lock);
+  pthread_cond_destroy(&l->cond);
+  tasks_release(l->tasks, l->ntasks);
+  free(l);
+}
+
 static loomResult_t launch_run(void* arg) {
   struct launch* l = arg;
   loomResult_t r = exec_tasks(l->tasks, l->ntasks);
@@ -72,26 +80,37 @@ static loomResult_t launch_on_streams(struct coll_task* tasks, int ntasks, loomS
   l->ntasks = ntasks;
   pthread_mutex_init(&l->lock, NULL);
   pthread_cond_init(&l->cond, NULL);
-  l->refs = 1;
+  /* Every stream involved: the first runs the launch, the others wait for
+   * it. All references are taken before anything is queued, since a worker
+   * may run and release its share at once. */
+  loomStream_t* streams = malloc((size_t)ntasks * sizeof(*streams));
+  if (!streams) {
+    launch_unref_init(l);
+    return err_set(NULL, loomSystemError, "out of memory");
+  }
+  int nstreams = 0;
+  streams[nstreams++] = first;
+  for (int i = 0; i < ntasks; i++) {
+    loomStream_t s = tasks[i].stream;
+    int seen = !s;
+    for (int j = 0; j < nstreams && !seen; j++) seen = streams[j] == s;
+    if (!seen) streams[nstreams++] = s;
+  }
+  l->refs = nstreams;
   for (int i = 0; i < ntasks; i++) atomic_fetch_add(&tasks[i].comm->coll->queued, 1);
   struct stream_work w = {launch_run, launch_free, l};
   loomResult_t r = stream_enqueue(first, &w);
   if (r != loomSuccess) {
     for (int i = 0; i < ntasks; i++) atomic_fetch_sub(&tasks[i].comm->coll->queued, 1);
-    launch_unref(l);
+    free(streams);
+    launch_unref_init(l);
     return r;
   }
-  for (int i = 0; i < ntasks; i++) {
-    loomStream_t s = tasks[i].stream;
-    int seen = !s || s == first;
-    for (int j = 0; j < i && !seen; j++) seen = tasks[j].stream == s;
-    if (seen) continue;
-    pthread_mutex_lock(&l->lock);
-    l->refs++;
-    pthread_mutex_unlock(&l->lock);
+  for (int k = 1; k < nstreams; k++) {
     struct stream_work wait = {launch_wait, launch_free, l};
-    if (stream_enqueue(s, &wait) != loomSuccess) launch_unref(l);
+    if (stream_enqueue(streams[k], &wait) != loomSuccess) launch_unref(l);
   }
+  free(streams);
   return loomSuccess;
 }
 

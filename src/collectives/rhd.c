@@ -247,8 +247,9 @@ loomResult_t rhd_allreduce_build(const struct coll_args* a, struct plan* out) {
     local_step(out, OP_PREMUL, plan_ref_make(PB_SEND, 0), g.in, c);
   }
   if (a->nranks == 1) {
-    if (!a->premul) local_step(out, OP_COPY, plan_ref_make(PB_SEND, 0), g.in, c);
-    if (a->avg) local_step(out, OP_DIV, g.in, g.in, c);
+    struct plan_ref recv0 = plan_ref_make(PB_RECV, 0);
+    if (!a->premul) local_step(out, OP_COPY, plan_ref_make(PB_SEND, 0), recv0, c);
+    if (a->avg) local_step(out, OP_DIV, recv0, recv0, c);
     return rhd_finish(out);
   }
   if (g.vrank < 0) { /* folded away: hand the input over, take the result back */

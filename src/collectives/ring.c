@@ -1,8 +1,10 @@
 /* ring.c - ring plans: all-reduce, reduce-scatter, all-gather, and the
- * pipelined chains of broadcast and reduce.
+ * pipelined chains of broadcast and reduce. Every plan reads the input where
+ * the user left it, never writes PB_SEND, and keeps whatever a rank may not
+ * put in a user buffer in PB_SCRATCH; each generator says why it is safe in
+ * place. Slices are the unit of a transfer, at most slice_elems elements.
  *
- * All-reduce:
- * Rank r sends to next = r + 1 and receives from prev = r - 1 (mod n). The
+ * All-reduce: rank r sends to next = r + 1 and receives from prev = r - 1 (mod n). The
  * buffer is split into n chunks (part_begin); each chunk is cut into slices
  * of at most slice_elems, and each slice goes once around the ring twice:
  * n - 1 reduce-scatter steps, after which rank r owns chunk r + 1 fully
@@ -15,7 +17,6 @@
  * overwritten. Each step's send and receive touch different chunks, so no
  * step has an internal hazard. */
 #include "collectives/plan.h"
-
 #include "core/checks.h"
 
 struct ring {
@@ -186,8 +187,10 @@ loomResult_t ring_reducescatter_build(const struct coll_args* a, struct plan* ou
       for (int j = 0; j < n - 1; j++) {
         size_t sb = (size_t)mod(r - j - 1, n) * c + off; /* block sent */
         size_t rb = (size_t)mod(r - j - 2, n) * c + off; /* block received */
-        struct plan_ref from = j == 0 ? ref(in, sb) : ref(PB_SCRATCH, slots + (size_t)((j - 1) % 2) * slot_len(a));
-        struct plan_ref to = j == n - 2 ? ref(PB_RECV, off) : ref(PB_SCRATCH, slots + (size_t)(j % 2) * slot_len(a));
+        struct plan_ref from =
+            j == 0 ? ref(in, sb) : ref(PB_SCRATCH, slots + (size_t)((j - 1) % 2) * slot_len(a));
+        struct plan_ref to =
+            j == n - 2 ? ref(PB_RECV, off) : ref(PB_SCRATCH, slots + (size_t)(j % 2) * slot_len(a));
         plan_step_begin(out);
         plan_add(out, OP_SEND, next, from, from, len);
         plan_add(out, OP_RECV_REDUCE, prev, ref(in, rb), to, len);
@@ -295,7 +298,8 @@ loomResult_t ring_reduce_build(const struct coll_args* a, struct plan* out) {
       plan_step_begin(out);
       if (k < ns) {
         size_t off = slice_off(a, k);
-        struct plan_ref to = root ? ref(PB_RECV, off) : ref(PB_SCRATCH, slots + (k % 2) * slot_len(a));
+        struct plan_ref to =
+            root ? ref(PB_RECV, off) : ref(PB_SCRATCH, slots + (k % 2) * slot_len(a));
         plan_add(out, OP_RECV_REDUCE, prev, ref(in, off), to, slice_len(a, k));
       }
       if (k > 0 && !root) {

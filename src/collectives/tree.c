@@ -24,7 +24,7 @@
  * of different heights, which the schedule below handles better. Among
  * a = 1 and 2^j (+1 for even m) we take the offset whose tree finishes an
  * all-reduce of one slice soonest (up time plus height); it is never worse
- * than trying every offset (checked to m = 300) and it costs O(m log m).
+ * than trying every offset (checked offline to m = 300); O(m log m).
  * The depth stays within floor(log2 m) .. ceil(log2 m).
  *
  * All-reduce uses the pair over all n ranks. Broadcast and reduce put the
@@ -47,10 +47,15 @@
  * arrives one step after its sibling: a node with two children of equal
  * height pays two steps per level on the way up, one otherwise. The root
  * has the sum of slice s one step after its last receive of it; down the
- * tree every level forwards slice s one step after receiving it. A node
- * touches in one step only different slices (children's s+2 and s+1, its
- * own s going up, an older one coming down), so steps have no hazards, and
- * the reduce of new slices overlaps the broadcast of old ones.
+ * tree every level forwards slice s one step after receiving it. Within one
+ * step a node touches a different slice per op (newer ones coming up from
+ * each child, an older one going up, older still coming and going down), so
+ * steps have no hazards, and the reduce of new slices overlaps the
+ * broadcast of old ones. One slice takes up time plus height rounds through
+ * an all-reduce (7 at n = 8, 13 at n = 32, 16 at n = 64), the height
+ * through a broadcast (7 at n = 64), the up time plus one through a reduce
+ * (10 at n = 64); each further slice adds one round, premul and avg one
+ * local step each.
  *
  * Buffers. All-reduce accumulates in RECV (after premul, the input is RECV
  * too). Reduce accumulates in SCRATCH at non-roots (RECV may be NULL there)
@@ -162,7 +167,8 @@ static void inorder_link(struct tree* t, const struct span* sp, int k, unsigned 
 static void pair_link(struct tree t[2], struct span sp, int parent) {
   if (sp.m == 0) return;
   unsigned long a = pair_offset(sp.m);
-  for (int k = 0; k < 2; k++) inorder_link(&t[k], &sp, k, a, a, a + (unsigned long)sp.m - 1, parent);
+  for (int k = 0; k < 2; k++)
+    inorder_link(&t[k], &sp, k, a, a, a + (unsigned long)sp.m - 1, parent);
 }
 
 /* Up offsets below r (see the top of the file); returns the first step at
@@ -308,8 +314,8 @@ static void gen_emit(struct gen* g) {
 }
 
 /* A whole-buffer local op in a step of its own (it reads what earlier steps wrote). */
-static void whole_step(struct plan* p, enum plan_op_kind kind, enum plan_buf src,
-                       enum plan_buf dst, size_t count) {
+static void whole_step(struct plan* p, enum plan_op_kind kind, enum plan_buf src, enum plan_buf dst,
+                       size_t count) {
   plan_step_begin(p);
   plan_add(p, kind, -1, plan_ref_make(src, 0), plan_ref_make(dst, 0), count);
 }

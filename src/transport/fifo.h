@@ -42,6 +42,7 @@ struct fifo_ctrl {
   _Atomic uint64_t tail __attribute__((aligned(64)));
   _Atomic uint32_t closed __attribute__((aligned(64))); /* a side aborted */
   _Atomic uint32_t refs; /* local: sides still holding it */
+  _Atomic uint32_t attached; /* shm: the receiver has mapped it */
   struct fifo_slot slots[FIFO_MAX_SLOTS];
 };
 

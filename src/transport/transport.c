@@ -26,7 +26,7 @@ struct rank_seg {
 struct tp_comm {
   struct rank_seg* self_seg;
   struct rank_seg** peer_segs; /* NULL where the peer is on another host */
-  struct conn** send_conns;
+  struct conn** send_conns; /* [lane * nranks + peer] */
   struct conn** recv_conns;
   int spin;
   int same_host_ranks;
@@ -100,8 +100,8 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
   if (!tp) return err_set(comm, loomSystemError, "out of memory");
   comm->tp = tp;
   tp->peer_segs = calloc((size_t)n, sizeof(*tp->peer_segs));
-  tp->send_conns = calloc((size_t)n, sizeof(*tp->send_conns));
-  tp->recv_conns = calloc((size_t)n, sizeof(*tp->recv_conns));
+  tp->send_conns = calloc((size_t)n * LANE_COUNT, sizeof(*tp->send_conns));
+  tp->recv_conns = calloc((size_t)n * LANE_COUNT, sizeof(*tp->recv_conns));
   if (!tp->peer_segs || !tp->send_conns || !tp->recv_conns)
     return err_set(comm, loomSystemError, "out of memory");
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
@@ -133,10 +133,13 @@ void tp_comm_fini(struct loomComm* comm) {
   struct tp_comm* tp = comm->tp;
   if (!tp) return;
   comm_set_wake(comm, NULL, NULL);
-  for (int p = 0; p < comm->nranks; p++) {
-    if (tp->send_conns && tp->send_conns[p]) tp->send_conns[p]->tp->close(tp->send_conns[p]);
-    if (tp->recv_conns && tp->recv_conns[p]) tp->recv_conns[p]->tp->close(tp->recv_conns[p]);
+  for (int i = 0; i < comm->nranks * LANE_COUNT; i++) {
+    if (tp->send_conns && tp->send_conns[i]) tp->send_conns[i]->tp->close(tp->send_conns[i]);
+    if (tp->recv_conns && tp->recv_conns[i]) tp->recv_conns[i]->tp->close(tp->recv_conns[i]);
   }
+  int e = atomic_load(&comm->async_error);
+  int failed = (e != loomSuccess && e != loomInProgress) || atomic_load(&comm->aborted);
+  for (int t = 0; t < NTRANSPORTS; t++) all_transports[t]->comm_fini(comm, failed);
   /* After a failure a peer may have died before unlinking its names: every
    * survivor removes every name it could have shared. ENOENT is the norm. */
   if (comm->peers) {
@@ -168,9 +171,20 @@ static int transport_allowed(const char* name) {
   return 0;
 }
 
-loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, struct conn** conn_out) {
+void tp_comm_cancel(struct loomComm* comm) {
   struct tp_comm* tp = comm->tp;
-  struct conn** slot = is_send ? &tp->send_conns[peer] : &tp->recv_conns[peer];
+  if (!tp) return;
+  for (int i = 0; i < comm->nranks * LANE_COUNT; i++) {
+    if (tp->send_conns[i]) tp->send_conns[i]->tp->cancel(tp->send_conns[i]);
+    if (tp->recv_conns[i]) tp->recv_conns[i]->tp->cancel(tp->recv_conns[i]);
+  }
+}
+
+loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, int lane,
+                         struct conn** conn_out) {
+  struct tp_comm* tp = comm->tp;
+  size_t at = (size_t)lane * (size_t)comm->nranks + (size_t)peer;
+  struct conn** slot = is_send ? &tp->send_conns[at] : &tp->recv_conns[at];
   if (*slot) {
     *conn_out = *slot;
     return loomSuccess;
@@ -181,7 +195,7 @@ loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, struct co
     if (!transport_allowed(t->name)) continue;
     LOOM_CHECK(t->can_connect(&comm->peers[comm->rank], &comm->peers[peer], &ok));
     if (!ok) continue;
-    LOOM_CHECK(t->connect(comm, peer, is_send, slot));
+    LOOM_CHECK(t->connect(comm, peer, is_send, lane, slot));
     LOOM_INFO(SUB_INIT, "rank %d: %s connection %s peer %d over %s", comm->rank,
               is_send ? "send" : "receive", is_send ? "to" : "from", peer, t->name);
     *conn_out = *slot;

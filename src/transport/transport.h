@@ -46,7 +46,8 @@ struct loom_transport {
   /* Starts a connection to peer in one direction (is_send: self -> peer).
    * Never blocks: the sender side creates what is shared, the receiver side
    * attaches to it as soon as it exists. */
-  loomResult_t (*connect)(struct loomComm* comm, int peer, int is_send, struct conn** conn_out);
+  loomResult_t (*connect)(struct loomComm* comm, int peer, int is_send, int lane,
+                          struct conn** conn_out);
   /* loomSuccess once the connection is up, loomInProgress before. Never
    * blocks. */
   loomResult_t (*connect_test)(struct conn* c);
@@ -59,8 +60,15 @@ struct loom_transport {
   loomResult_t (*test)(struct xfer* x, int* done_out);
   /* Withdraws transfers still queued (after an error) so that no peer reads
    * or writes their buffers afterwards; waits at most briefly for a peer that
-   * is mid-copy. Then releases the connection. */
+   * is mid-copy. The connection stays (its communicator is in error). */
+  loomResult_t (*cancel)(struct conn* c);
+  /* Withdraws what is queued as cancel does, then releases the connection.
+   * Never blocks on peers. */
   loomResult_t (*close)(struct conn* c);
+  /* Once per communicator at teardown, after every connection is closed:
+   * releases what the transport shares for it (names a failed peer may have
+   * left behind). failed: the communicator is in error. Never blocks. */
+  void (*comm_fini)(struct loomComm* comm, int failed);
 };
 
 /* Fields every connection starts with; transports embed it first. */
@@ -69,6 +77,7 @@ struct conn {
   struct loomComm* comm;
   int peer;
   int is_send;
+  int lane;
   struct xfer* head; /* posted, not yet done, in order */
   struct xfer* tail;
 };
@@ -81,10 +90,19 @@ loomResult_t tp_comm_init(struct loomComm* comm);
 /* Closes every connection and releases the shared state. Never blocks on
  * peers. Unlinks every shared name this rank may have been party to. */
 void tp_comm_fini(struct loomComm* comm);
-/* The connection to peer in one direction, connecting on first use with the
- * first transport of LOOM_TRANSPORTS that can. Never blocks: the connection
+/* Lanes: independent connections between the same two ranks, so that
+ * collectives and point-to-point traffic of one group progress side by side
+ * without their messages interleaving on one FIFO. */
+enum { LANE_COLL = 0, LANE_P2P = 1, LANE_COUNT };
+
+/* The connection to peer in one direction on a lane, connecting on first use
+ * with the first transport of LOOM_TRANSPORTS that can. Never blocks: the connection
  * may still be coming up (use conn's connect_test). */
-loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, struct conn** conn_out);
+loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, int lane,
+                         struct conn** conn_out);
+/* Cancels every connection of comm (after an operation on it failed), so
+ * that no peer touches the buffers of the interrupted transfers. */
+void tp_comm_cancel(struct loomComm* comm);
 /* This rank's doorbell: every transport rings it when this rank may be able
  * to make progress. */
 struct bell* tp_self_bell(struct loomComm* comm);

@@ -118,16 +118,6 @@ bool oob_barrier(const Ctx& c, const char* tag) {
   return ok;
 }
 
-// Ends the use of a communicator as a program should before
-// loomCommDestroy: once loomCommFinalize returns, no peer needs this rank
-// any more. Without it, a rank that destroys its communicator right after
-// its last call returned can break that call on a peer that has not
-// returned yet (reported bugs; see DISABLED_SendThenDestroy and
-// DISABLED_ReceiverTakesAllThenDestroys in test_p2p.cc).
-void end_cleanly(loomComm_t comm) {
-  if (!::testing::Test::HasFatalFailure()) EXPECT_LOOM_OK(settle(comm, loomCommFinalize(comm)));
-}
-
 std::vector<int> iota_vec(int n) {
   std::vector<int> v((size_t)n);
   std::iota(v.begin(), v.end(), 0);
@@ -174,7 +164,6 @@ TEST_P(CommInit, InitRank) {
         shim::CommGuard g(comm);
         check_members(comm, iota_vec(c.nranks), c.rank);
         check_allreduce(comm, c.rank, c.nranks);
-        end_cleanly(comm);
       },
       o);
 }
@@ -187,7 +176,6 @@ TEST_P(CommInit, InitRankConfig) {
       [](Ctx& c) {
         check_members(c.comm, iota_vec(c.nranks), c.rank);
         check_allreduce(c.comm, c.rank, c.nranks);
-        end_cleanly(c.comm);
       },
       quick_opts());
 }
@@ -212,7 +200,6 @@ TEST_P(CommInit, InitRankConfigExplicitBlocking) {
         shim::CommGuard g(comm);
         check_members(comm, iota_vec(c.nranks), c.rank);
         check_allreduce(comm, c.rank, c.nranks);
-        end_cleanly(comm);
       },
       o);
 }
@@ -251,7 +238,6 @@ TEST_P(CommInit, NonBlocking) {
             << loomGetErrorString(async) << ": " << loomGetLastError(comm);
         check_members(comm, iota_vec(c.nranks), c.rank);
         check_allreduce(comm, c.rank, c.nranks);
-        end_cleanly(comm);
       },
       o);
 }
@@ -387,7 +373,6 @@ TEST_P(CommFromEnv, LoomVariables) {
       [](Ctx& c) {
         check_members(c.comm, iota_vec(c.nranks), c.rank);
         check_allreduce(c.comm, c.rank, c.nranks);
-        end_cleanly(c.comm);
       },
       o);
 }
@@ -439,7 +424,6 @@ TEST_P(CommFromEnvFamily, InitAndAllReduce) {
         shim::CommGuard g(comm);
         check_members(comm, iota_vec(c.nranks), c.rank);
         check_allreduce(comm, c.rank, c.nranks);
-        end_cleanly(comm);
       },
       o);
 }
@@ -484,7 +468,6 @@ TEST(CommFromEnvOrder, TorchrunBeforeOmpiPmiSlurm) {
         ASSERT_LOOM_OK(loomCommInitFromEnv(&comm, nullptr));
         shim::CommGuard g(comm);
         check_members(comm, iota_vec(c.nranks), c.rank);
-        end_cleanly(comm);
       },
       o);
 }
@@ -504,7 +487,6 @@ TEST(CommFromEnvOrder, LoomBeforeTorchrun) {
         ASSERT_LOOM_OK(loomCommInitFromEnv(&comm, nullptr));
         shim::CommGuard g(comm);
         check_members(comm, iota_vec(c.nranks), c.rank);
-        end_cleanly(comm);
       },
       o);
 }
@@ -594,7 +576,6 @@ void split_and_check(const Ctx& c, int (*color)(int, int), int (*key)(int, int),
   }
   shim::CommGuard g(sub);
   check_members(sub, expected_members(c.nranks, col, color, key), c.rank);
-  end_cleanly(sub);
 }
 
 TEST_P(CommSplit, ColorsKeysNoColorAndSplitOfSplit) {
@@ -636,12 +617,9 @@ TEST_P(CommSplit, ColorsKeysNoColorAndSplitOfSplit) {
         for (int i = (int)h.size() - 1; i >= 0; i--)
           if (i % 2 == hrank % 2) q.push_back(h[(size_t)i]);
         check_members(quarter, q, c.rank);
-        end_cleanly(quarter);
         // The parent communicators still work after their children are made.
         check_members(half, h, c.rank);
-        end_cleanly(half);
         check_allreduce(c.comm, c.rank, c.nranks);
-        end_cleanly(c.comm);
       },
       quick_opts());
 }
@@ -674,7 +652,7 @@ TEST_P(CommTeardown, FinalizeThenDestroy) {
 
 // Every rank aborts after its work (the error path of a job that gives up).
 // The out-of-band barrier makes sure every rank has finished the all-reduce
-// before any aborts (see DISABLED_AbortRightAfterInit for why).
+// before any aborts.
 TEST_P(CommTeardown, AbortOnEveryRank) {
   auto [n, mode] = GetParam();
   harness::run(
@@ -700,18 +678,9 @@ TEST_P(CommTeardown, AbortUnusedOnEveryRank) {
       quick_opts());
 }
 
-// BUG (reported): a rank that aborts right after a collective call returned
-// on it breaks that same call on the peers that have not returned yet,
-// although they need nothing more from it. The bootstrap watcher marks the
-// whole communicator failed the moment any peer's socket closes without a
-// goodbye (boot_watch.c link_closed -> comm_set_failed), and init_body's
-// final comm_health check (comm_api.c) turns that into loomRemoteError even
-// though the closing barrier completed. So "init, then abort on every rank"
-// fails init on the other ranks, every time (and the same happens, less
-// often, to an all-reduce followed at once by an abort). NCCL completes such
-// calls on every rank. Run with GTEST_ALSO_RUN_DISABLED_TESTS=1 so that the
-// rank processes run it too.
-TEST_P(CommTeardown, DISABLED_AbortRightAfterInit) {
+// Init, then abort on every rank: every init must succeed. Regression: a peer's
+// failure noticed after the closing barrier of init once failed init itself.
+TEST_P(CommTeardown, AbortRightAfterInit) {
   auto [n, mode] = GetParam();
   harness::run(
       n, mode,
@@ -723,11 +692,14 @@ TEST_P(CommTeardown, DISABLED_AbortRightAfterInit) {
       quick_opts());
 }
 
+INSTANTIATE_TEST_SUITE_P(Ranks, CommTeardown,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values(Mode::Proc, Mode::Thread)),
+                         teardown_name);
+
 // One rank aborts instead of joining an all-reduce: the others get
 // loomRemoteError, not a hang and not a timeout.
-TEST_P(CommTeardown, AbortUnblocksPeers) {
-  auto [n, mode] = GetParam();
-  if (n < 2) GTEST_SKIP() << "needs a peer";
+void abort_unblocks_peers(int n, Mode mode) {
   Opts o = quick_opts();
   o.comm_timeout_ms = 20000;
   harness::run(
@@ -744,14 +716,28 @@ TEST_P(CommTeardown, AbortUnblocksPeers) {
             loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, c.comm, nullptr);
         EXPECT_EQ(r, loomRemoteError) << loomGetErrorString(r) << ": " << loomGetLastError(NULL);
         EXPECT_STRNE(loomGetLastError(NULL), "");
+        // v is freed here: the call has returned, so nobody may touch it.
       },
       o);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, CommTeardown,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
-                                            ::testing::Values(Mode::Proc, Mode::Thread)),
-                         teardown_name);
+class CommAbortPeers : public ::testing::TestWithParam<int> {};
+
+TEST_P(CommAbortPeers, Proc) {
+  abort_unblocks_peers(GetParam(), Mode::Proc);
+}
+
+// Thread ranks: a rank aborts while the others are blocked with it. Regression:
+// after an operation failed, peers could still read the caller's send buffer
+// through a pointer left in a local FIFO slot (now withdrawn on failure).
+TEST_P(CommAbortPeers, Thread) {
+  abort_unblocks_peers(GetParam(), Mode::Thread);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CommAbortPeers, ::testing::Values(2, 3, 5, 8),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "n" + std::to_string(i.param);
+                         });
 
 // ---- Last error --------------------------------------------------------------
 
@@ -786,7 +772,6 @@ TEST_P(CommLastError, NamesTheProblem) {
         // After the failures the communicator still works, and success does not
         // make the text NULL.
         check_allreduce(c.comm, c.rank, c.nranks);
-        end_cleanly(c.comm);
         EXPECT_NE(loomGetLastError(c.comm), nullptr);
         EXPECT_NE(loomGetLastError(NULL), nullptr);
       },

@@ -99,9 +99,8 @@ Opts p2p_opts() {
 // Ends a body as a program should end before loomCommDestroy (which the
 // harness calls): once loomCommFinalize returns, no peer needs this rank any
 // more. Without it, a rank whose last call was a send that fit in the FIFO
-// may destroy its communicator before the receiver has even attached, which
-// the library does not survive today (see DISABLED_SendThenDestroy and
-// DISABLED_ReceiverTakesAllThenDestroys below).
+// may destroy its communicator before the receiver has attached; that is
+// supported (see SendThenDestroy), but these tests check data, not teardown.
 void end_cleanly(const Ctx& c) {
   if (!::testing::Test::HasFatalFailure()) EXPECT_LOOM_OK(loomCommFinalize(c.comm));
 }
@@ -132,7 +131,7 @@ bool oob_barrier(const Ctx& c, const char* tag) {
 // A one-way signal outside Loom (a file), so that a sender keeps its
 // communicator until the receiver is done with it (a sender that destroys
 // its communicator before the receiver attached loses the message: see
-// DISABLED_SendThenDestroy below).
+// SendThenDestroy below).
 std::string oob_path(const Ctx& c, const char* tag) {
   return c.id_file + "." + tag + ".sig";
 }
@@ -413,14 +412,11 @@ TEST_P(P2PGroup, P2PThenCollective) {
       n, mode, [](Ctx& c) { collective_and_p2p(c, 1); }, p2p_opts());
 }
 
-// BUG (reported): a collective between a send and its receive in one group
-// deadlocks (loomTimeout after the comm timeout), even with one rank sending
-// to itself. exec_prepare (exec_host.c) turns each run of consecutive
-// sends/receives into its own plan and runs a comm's plans one after the
-// other, so the send's plan must finish before the receive is posted; a
-// send larger than the FIFO never does. API.md: "sends and receives inside
-// one group never deadlock against each other whatever their order".
-TEST_P(P2PGroup, DISABLED_CollectiveBetweenSendAndRecv) {
+// A send, a collective, then the matching receive, in one group (even to
+// self). API.md: sends and receives inside one group never deadlock whatever
+// their order. Point-to-point traffic runs in its own lane, side by side with
+// the collectives, so this must complete.
+TEST_P(P2PGroup, CollectiveBetweenSendAndRecv) {
   auto [n, mode] = GetParam();
   Opts o = p2p_opts();
   o.comm_timeout_ms = 5000;
@@ -595,16 +591,10 @@ TEST(P2PGroupUsage, EndWithoutStart) {
 
 // ---- Teardown right after point-to-point (bugs) ---------------------------------
 
-// BUG (reported): process ranks. A send that fits in the FIFO returns at
-// once; if the sender then destroys its communicator before the receiver
-// has attached to that FIFO, the receive waits out the whole comm timeout
-// and fails with loomTimeout: shm_close (transport/shm/shm.c) unlinks the
-// FIFO's name, so shm_connect_test never finds it, and the sender's clean
-// goodbye means no failure is ever signalled. Either the data (the send
-// reported success) or loomRemoteError (loom.h: "peers still waiting on this
-// rank see loomRemoteError") would be right; loomTimeout after the timeout
-// (600 s by default) is not.
-TEST(P2PTeardown, DISABLED_SendThenDestroy) {
+// A send that fits in the FIFO, then loomCommDestroy before the receiver has
+// attached: the receiver must still get the data (the sender leaves the FIFO's
+// name for its receiver).
+TEST(P2PTeardown, SendThenDestroy) {
   Opts o;
   o.timeout_s = 60;
   o.comm_timeout_ms = 5000;
@@ -631,17 +621,15 @@ TEST(P2PTeardown, DISABLED_SendThenDestroy) {
       o);
 }
 
-// BUG (reported): thread ranks. Each rank of a ring sends several messages
-// to the next and receives as many from the previous in one group, then at
-// once destroys its communicator. A sender's group sometimes fails with
-// loomRemoteError "peer N closed the connection before taking the data",
-// although the receiver took all of it (its own group succeeded).
-// local_send_progress (transport/local/local.c) loads the FIFO's tail once
-// at the top and tests f->closed at the bottom: when the receiver takes the
-// last pieces and closes in between, the stale tail leaves transfers
-// unretired and the closed flag fails them. A race: some of these rounds
-// fail, not all.
-TEST(P2PTeardown, DISABLED_ReceiverTakesAllThenDestroys) {
+// Thread ranks: each rank of a ring sends several messages to the next and
+// receives as many from the previous in one group, then at once destroys
+// its communicator. No sender may fail once its receiver has taken
+// everything. A regression test for a race in local_send_progress
+// (transport/local/local.c read the FIFO's tail before testing f->closed, so
+// a receiver that took the last pieces and closed in between turned a
+// finished send into loomRemoteError "peer N closed the connection before
+// taking the data"); before its fix a few of these rounds failed.
+TEST(P2PTeardown, ReceiverTakesAllThenDestroys) {
   Opts o;
   o.timeout_s = 120;
   o.init = harness::Init::None;

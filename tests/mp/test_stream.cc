@@ -50,7 +50,7 @@ std::string where(const Ctx& c) {
 // A one-way signal outside Loom (a file), so that a sender keeps its
 // communicator until the receiver is done with it (a sender that destroys
 // its communicator before the receiver attached loses the message: see
-// DISABLED_SendThenDestroy in test_p2p.cc).
+// SendThenDestroy in test_p2p.cc).
 std::string oob_path(const Ctx& c, const char* tag) {
   return c.id_file + "." + tag + ".sig";
 }
@@ -70,15 +70,6 @@ bool oob_wait(const Ctx& c, const char* tag) {
   }
   unlink(oob_path(c, tag).c_str());
   return true;
-}
-
-// Ends the use of a communicator as a program should before
-// loomCommDestroy: once loomCommFinalize returns, no peer needs this rank
-// any more (a rank that destroys right after its last call can break that
-// call on a slower peer: reported bugs, see DISABLED_SendThenDestroy and
-// DISABLED_ReceiverTakesAllThenDestroys in test_p2p.cc).
-void end_cleanly(loomComm_t comm) {
-  if (!::testing::Test::HasFatalFailure()) EXPECT_LOOM_OK(loomCommFinalize(comm));
 }
 
 int64_t tri(int n) {
@@ -176,8 +167,6 @@ TEST_P(Stream, CollectiveReturnsAtOnceAndSynchronizeCompletes) {
         EXPECT_EQ(q, loomSuccess) << where(c);
         ASSERT_LOOM_OK(loomStreamSynchronize(s.get()));
         for (size_t i = 0; i < count; i += 4099) ASSERT_EQ(recv[i], (int32_t)tri(c.nranks));
-        end_cleanly(c.comm);
-        end_cleanly(gate);
       },
       stream_opts());
 }
@@ -220,7 +209,6 @@ TEST_P(Stream, QueuedInOrder) {
           }
         }
         EXPECT_EQ(loomStreamQuery(st), loomSuccess);
-        end_cleanly(c.comm);
       },
       stream_opts());
 }
@@ -261,24 +249,14 @@ TEST_P(Stream, DestroyWaitsForPendingWork) {
           ASSERT_EQ(v[i], (float)tri(c.nranks))
               << where(c) << " element " << i
               << ": loomStreamDestroy returned before the work ended";
-        end_cleanly(c.comm);
-        end_cleanly(gate);
       },
       stream_opts());
 }
 
-// One group whose operations name two streams: all-reduces, and a ring of
-// send (on the first stream) and receive (on the second). Synchronising the
-// second stream alone completes what was issued on it.
-//
-// BUG (reported): crashes now and then (SIGSEGV; AddressSanitizer: heap use
-// after free in launch_on_streams, collectives/group.c:80). The launch is
-// queued on the first stream holding the only reference; that stream's
-// worker may run it and free it (launch_unref -> free(l->tasks), free(l))
-// while loomGroupEnd is still walking l->tasks and taking l->lock to add the
-// other streams' markers. Taking every reference before the first
-// stream_enqueue would fix it.
-TEST_P(Stream, DISABLED_GroupOnTwoStreams) {
+// A group whose operations name two streams completes on both. Regression: the
+// launch was freed by the first stream's worker while the markers for the
+// other streams were still being queued.
+TEST_P(Stream, GroupOnTwoStreams) {
   auto [n, mode] = GetParam();
   harness::run(
       n, mode,
@@ -309,7 +287,6 @@ TEST_P(Stream, DISABLED_GroupOnTwoStreams) {
           ASSERT_EQ(a[i], (int32_t)tri(c.nranks)) << where(c) << " a[" << i << "]";
         EXPECT_EQ(loomStreamQuery(s1.get()), loomSuccess);
         EXPECT_EQ(loomStreamQuery(s2.get()), loomSuccess);
-        end_cleanly(c.comm);
       },
       stream_opts());
 }
@@ -336,8 +313,6 @@ TEST_P(Stream, OneStreamTwoCommunicators) {
         ASSERT_LOOM_OK(loomStreamSynchronize(s.get()));
         for (size_t i = 0; i < count; i++)
           ASSERT_EQ(v[i], tri(c.nranks) * hcount) << where(c) << " element " << i;
-        end_cleanly(half);
-        end_cleanly(c.comm);
       },
       stream_opts());
 }

@@ -117,24 +117,41 @@ bool IsPow2(int n) {
   return (n & (n - 1)) == 0;
 }
 
-// Checks one algorithm over n = 1..64, the counts and slices of the brief
-// and, for the reductions, the premul and avg variants.
+// Rank counts where the costly cases run: the smallest, powers of two and
+// their neighbours (the fold with rem = 1 and rem = p - 1).
+bool Spread(int n) {
+  for (int k : {2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 48, 63, 64})
+    if (n == k) return true;
+  return false;
+}
+
+// Checks one algorithm for every n = 1..64 over counts 0, 1, 7, n - 1,
+// 3n + 1 and 1000 and slices 1, 3 and 1 << 20, with the premul and avg
+// variants for the reductions, as far as the checker's cost allows.
 //
-// The checker compares the ops of a step pairwise, so a step of k pieces
-// costs k^2: count 1000 cut into slices of 1 element is checked for a
-// spread of rank counts rather than all 64 (each costs seconds there).
-void CheckAll(const Algo& algo, bool reduces) {
-  const size_t slices[] = {1, 3, size_t(1) << 20};
+// The checker simulates every element of every rank's buffers (n * n * c
+// for the collectives with a block per rank) and compares the ops of a step
+// pairwise (n * k^2 for k pieces in a step), so cases past a budget on that
+// cost run only on the Spread rank counts, and the variants, which add only
+// local ops, only on cheap cases. What that leaves out, all at slices of 1
+// or 3 or at count 1000: all-reduce of 1000 in slices of 1 (3) runs at
+// every n to 9 (17), then on Spread; reduce-scatter and all-gather (n * c
+// elements per rank) run 1000 at every n to 44, then on Spread, and in
+// slices of 3 (1) to 8 (4) ranks only; 3n + 1 in slices of 3 (1) at every
+// n to 18 (12), then on Spread to 33 (17).
+void CheckAll(const Algo& algo, bool per_rank_blocks, bool reduces) {
+  const double kEveryN = 2e6, kSpread = 7e7, kVariants = 1e6;
+  const size_t slices[] = {size_t(1) << 20, 3, 1};
   for (int n = 1; n <= 64; n++) {
     const size_t counts[] = {0, 1, 7, size_t(n - 1), size_t(3 * n + 1), 1000};
     for (size_t slice : slices)
       for (size_t count : counts) {
-        if (slice == 1 && count == 1000 && n % 7 != 1 && !IsPow2(n) && n != 63) continue;
-        for (int variant = 0; variant < (reduces ? 4 : 1); variant++) {
+        size_t elems = per_rank_blocks ? count * (size_t)n : count;
+        double pieces = double((elems + slice - 1) / slice);
+        double cost = n * pieces * pieces + double(n) * double(elems);
+        if (cost > (Spread(n) ? kSpread : kEveryN)) continue;
+        for (int variant = 0; variant < (reduces && cost <= kVariants ? 4 : 1); variant++) {
           bool premul = variant & 1, avg = variant & 2;
-          // The variants change only the local steps: check them on the
-          // cheaper counts.
-          if (variant && count == 1000 && slice != (size_t(1) << 20)) continue;
           Plans ps(algo, n, count, slice, premul, avg);
           std::string why = ps.Check();
           ASSERT_EQ(why, "") << algo.name << " n=" << n << " count=" << count
@@ -149,26 +166,26 @@ void CheckAll(const Algo& algo, bool reduces) {
 // ---- Correctness, proven by the checker ----
 
 TEST(RhdAllReduce, EveryRankCountIsCorrect) {
-  CheckAll(kAllReduce, true);
+  CheckAll(kAllReduce, false, true);
 }
 
 TEST(RhdReduceScatter, EveryRankCountIsCorrect) {
-  CheckAll(kReduceScatter, true);
+  CheckAll(kReduceScatter, true, true);
 }
 
 TEST(RhdAllGather, EveryRankCountIsCorrect) {
-  CheckAll(kAllGather, false);
+  CheckAll(kAllGather, true, false);
 }
 
 // ---- The log-step shape ----
 
 TEST(RhdAllReduce, PowerOfTwoTakesTwoLog2Steps) {
   for (int n = 2; n <= 64; n *= 2) {
-    Plans ps(kAllReduce, n, 1000, size_t(1) << 20);
+    Plans ps(kAllReduce, n, 960, size_t(1) << 20);  // blocks of equal size
     for (int r = 0; r < n; r++) {
       EXPECT_EQ(ps[r].nsteps, 2u * (unsigned)Log2Floor(n)) << "n=" << n << " rank " << r;
       // Bandwidth: 2 (n - 1) / n of the buffer, as the ring.
-      EXPECT_EQ(ps.SentElems(r), 2 * (1000 - 1000 / (size_t)n)) << "n=" << n << " rank " << r;
+      EXPECT_EQ(ps.SentElems(r), 2 * (960 - 960 / (size_t)n)) << "n=" << n << " rank " << r;
     }
   }
 }
@@ -210,6 +227,7 @@ TEST(RhdAllReduce, OneRankIsACopy) {
   ASSERT_EQ(ps[0].nops, 1u);
   EXPECT_EQ(ps[0].ops[0].kind, OP_COPY);
   EXPECT_EQ(ps[0].buf_count[PB_SCRATCH], 0u);
+  EXPECT_EQ(ps.Check(), "");
 }
 
 TEST(RhdReduceScatter, TakesLog2StepsPlusTheFold) {
@@ -261,6 +279,39 @@ TEST(RhdAllGather, PowerOfTwoExchangesPairwise) {
     for (uint32_t s = 1; s < ps[r].nsteps; s++)
       for (uint32_t o = ps[r].steps[s].op_begin; o < ps[r].steps[s].op_end; o++)
         EXPECT_EQ(ps[r].ops[o].peer, r ^ (1 << (s - 1))) << "rank " << r << " step " << s;
+}
+
+// The checker infers premul and avg from the ops the plans hold, so a plan
+// that forgot them would pass it: count them here. Each rank scales all of
+// its input; all-reduce divides each element once across the ranks (each
+// active rank its own block), reduce-scatter each rank its c elements.
+TEST(RhdVariants, PremulAndAvgAreApplied) {
+  for (int n = 1; n <= 17; n++) {
+    const size_t c = 3 * (size_t)n + 2;
+    Plans ar(kAllReduce, n, c, 4, true, true), rs(kReduceScatter, n, c, 4, true, true);
+    Plans plain(kReduceScatter, n, c, 4);
+    size_t ar_div = 0;
+    for (int r = 0; r < n; r++) {
+      size_t ar_pre = 0, rs_pre = 0, rs_div = 0, plain_local = 0;
+      for (uint32_t o = 0; o < ar[r].nops; o++) {
+        ar_pre += ar[r].ops[o].kind == OP_PREMUL ? ar[r].ops[o].count : 0;
+        ar_div += ar[r].ops[o].kind == OP_DIV ? ar[r].ops[o].count : 0;
+      }
+      for (uint32_t o = 0; o < rs[r].nops; o++) {
+        rs_pre += rs[r].ops[o].kind == OP_PREMUL ? rs[r].ops[o].count : 0;
+        rs_div += rs[r].ops[o].kind == OP_DIV ? rs[r].ops[o].count : 0;
+      }
+      for (uint32_t o = 0; o < plain[r].nops; o++)
+        plain_local += plain[r].ops[o].kind == OP_PREMUL || plain[r].ops[o].kind == OP_DIV;
+      EXPECT_EQ(ar_pre, c) << "n=" << n << " rank " << r;
+      EXPECT_EQ(rs_pre, n == 1 ? c : c * (size_t)n) << "n=" << n << " rank " << r;
+      EXPECT_EQ(rs_div, c) << "n=" << n << " rank " << r;
+      EXPECT_EQ(plain_local, 0u) << "n=" << n << " rank " << r;
+    }
+    EXPECT_EQ(ar_div, c) << "n=" << n;
+    EXPECT_EQ(ar.Check(), "") << "n=" << n;
+    EXPECT_EQ(rs.Check(), "") << "n=" << n;
+  }
 }
 
 // ---- Arguments ----

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 extern "C" {
@@ -26,12 +27,8 @@ class Plans {
   Plans(const Plans&) = delete;
   Plans& operator=(const Plans&) = delete;
 
-  int n() const {
-    return (int)p_.size();
-  }
-  plan& operator[](int r) {
-    return p_[r];
-  }
+  int n() const { return (int)p_.size(); }
+  plan& operator[](int r) { return p_[r]; }
 
   // Empty string when the plans are correct for spec, else the reason.
   std::string Check(check_spec spec) const {
@@ -102,64 +99,71 @@ const Gen kGens[] = {
     {"reduce", ring_reduce_build, CHECK_REDUCE, true, true},
 };
 
+// All roots up to 12 ranks; above, the ends of the chain and one between.
 std::vector<int> RootsFor(int n) {
   std::vector<int> roots;
   if (n <= 12) {
     for (int r = 0; r < n; r++) roots.push_back(r);
   } else {
-    for (int r : {0, 1, n / 2, n - 1}) roots.push_back(r);
+    for (int r : {0, n / 2 + 1, n - 1}) roots.push_back(r);
   }
   return roots;
 }
 
-// Budgets for CaseCost: every premul/avg variant below kFull; one variant,
-// rotating with n and the case, below kOne (no limit up to 16 ranks).
-const size_t kFull = 1 << 17, kOne = 1 << 20;
-
-class RingCollectives : public ::testing::TestWithParam<int> {};
-
 // What checking one case costs, roughly: sends and receives of all ranks,
-// and elements of all receive buffers (both runs of the checker).
+// and elements of all receive buffers.
 size_t CaseCost(const Gen& g, int n, size_t count, size_t slice) {
   const size_t nslices = (count + slice - 1) / slice;
   const size_t per_rank = g.rooted ? 1 : (size_t)n;  // blocks each rank moves
   return (size_t)n * per_rank * (nslices * 8 + count);
 }
+// Up to 16 ranks, every premul/avg combination below kFull, else one; above
+// 16 ranks, one combination per case, and only the cases below kOne.
+const size_t kFull = 1 << 16, kOne = 1 << 19;
 
-// Every count, slice and root at every rank count up to 16, and the cases
-// that cost less than kOne above: the block-per-rank collectives with a
-// slice of 1 or a count of 1000 at large n are left to the smaller rank
-// counts, where they run the same code paths. Premul and avg in every
-// combination where cheap, else one combination per case.
+class RingCollectives : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+// Every count, slice and root (all roots up to 12 ranks) at every rank count
+// up to 16, and above the cases that cost less than kOne: the block-per-rank
+// collectives with a slice of 1 or a count of 1000 at large n are left to
+// the smaller rank counts, where they run the same code paths. Premul and
+// avg rotate with n and the case where one combination runs.
 TEST_P(RingCollectives, ProvedAtEveryRankCount) {
-  const int n = GetParam();
+  const Gen& g = kGens[std::get<0>(GetParam())];
+  const int n = std::get<1>(GetParam());
   const size_t counts[] = {0, 1, 7, (size_t)n - 1, 3 * (size_t)n + 1, 1000};
   const size_t slices[] = {1, 3, 1 << 20};
   int cases = 0;
-  for (const Gen& g : kGens) {
-    for (size_t ci = 0; ci < 6; ci++)
-      for (size_t si = 0; si < 3; si++) {
-        const size_t count = counts[ci], slice = slices[si];
-        const size_t cost = CaseCost(g, n, count, slice);
-        if (n > 16 && cost > kOne) continue;
-        const std::vector<int> roots = g.rooted ? RootsFor(n) : std::vector<int>{0};
-        for (size_t ri = 0; ri < roots.size(); ri++)
-          for (int v = 0; v < (g.reduces ? 4 : 1); v++) {
-            if (g.reduces && cost > kFull && v != (int)((n + ci + si + ri) % 4)) continue;
-            const bool premul = v & 1, avg = v & 2;
-            Plans ps(n);
-            if (!Build(ps, g.build, count, slice, roots[ri], premul, avg)) return;
-            EXPECT_EQ(ps.Check(Spec(g.kind, count, roots[ri])), "")
-                << g.name << " n=" << n << " root=" << roots[ri] << " count=" << count
-                << " slice=" << slice << " premul=" << premul << " avg=" << avg;
-            cases++;
-          }
-      }
-  }
+  for (size_t ci = 0; ci < 6; ci++)
+    for (size_t si = 0; si < 3; si++) {
+      const size_t count = counts[ci], slice = slices[si];
+      const size_t cost = CaseCost(g, n, count, slice);
+      if (n > 16 && cost > kOne) continue;
+      const bool one = n > 16 || cost > kFull;
+      const std::vector<int> roots = g.rooted ? RootsFor(n) : std::vector<int>{0};
+      for (size_t ri = 0; ri < roots.size(); ri++)
+        for (int v = 0; v < (g.reduces ? 4 : 1); v++) {
+          if (g.reduces && one && v != (int)((n + ci + si + ri) % 4)) continue;
+          const bool premul = v & 1, avg = v & 2;
+          Plans ps(n);
+          if (!Build(ps, g.build, count, slice, roots[ri], premul, avg)) return;
+          EXPECT_EQ(ps.Check(Spec(g.kind, count, roots[ri])), "")
+              << g.name << " n=" << n << " root=" << roots[ri] << " count=" << count
+              << " slice=" << slice << " premul=" << premul << " avg=" << avg;
+          cases++;
+        }
+    }
   EXPECT_GT(cases, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, RingCollectives, ::testing::Range(1, 65));
+INSTANTIATE_TEST_SUITE_P(Ranks, RingCollectives,
+                         ::testing::Combine(::testing::Range(0, 4), ::testing::Range(1, 65)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+                           std::string name = kGens[std::get<0>(info.param)].name;
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name + "_n" + std::to_string(std::get<1>(info.param));
+                         });
 
 // ---- Shapes ----
 
@@ -374,8 +378,9 @@ TEST(CheckKinds, CatchesBroadcastReadingSendOffTheRoot) {
   for (uint32_t i = 0; i < ps[1].nops; i++)
     if (ps[1].ops[i].kind == OP_SEND) ps[1].ops[i].src.buf = PB_SEND;
   std::string why = ps.Check(Spec(CHECK_BROADCAST, 4));
-  EXPECT_TRUE(Has(why, "rank 1 step 1: send reads the send buffer, which only the root (rank 0) "
-                       "has in a broadcast"))
+  EXPECT_TRUE(Has(why,
+                  "rank 1 step 1: send reads the send buffer, which only the root (rank 0) "
+                  "has in a broadcast"))
       << why;
   // Declared with its full size, it is still off limits.
   ps[1].buf_count[PB_SEND] = 4;
@@ -394,8 +399,9 @@ TEST(CheckKinds, CatchesReduceWritingRecvOffTheRoot) {
     if (op.kind == OP_SEND) op.src = Ref(PB_RECV, 0);
   }
   std::string why = ps.Check(Spec(CHECK_REDUCE, 4, 2));
-  EXPECT_TRUE(Has(why, "rank 1 step 0: recv_reduce writes the receive buffer, which only the root "
-                       "(rank 2) has in a reduce"))
+  EXPECT_TRUE(Has(why,
+                  "rank 1 step 0: recv_reduce writes the receive buffer, which only the root "
+                  "(rank 2) has in a reduce"))
       << why;
   // Plans for root 2 are no reduce to rank 1.
   Plans ok(3);
@@ -408,8 +414,9 @@ TEST(CheckKinds, CatchesGatherAndScatterOffTheRoot) {
   Plans g(2);  // rank 1 keeps a copy of its block in a RECV it does not have
   ASSERT_TRUE(Build(g, ring_allgather_build, 2, 8));
   std::string why = g.Check(Spec(CHECK_GATHER, 2, 0));
-  EXPECT_TRUE(Has(why, "rank 1 step 0: copy writes the receive buffer, which only the root "
-                       "(rank 0) has in a gather"))
+  EXPECT_TRUE(Has(why,
+                  "rank 1 step 0: copy writes the receive buffer, which only the root "
+                  "(rank 0) has in a gather"))
       << why;
   Plans s(2);  // a broadcast's plan, checked as a scatter from rank 1
   ASSERT_TRUE(Build(s, ring_broadcast_build, 2, 8, 1));
@@ -464,6 +471,24 @@ TEST(CheckKinds, CatchesReduceScatterEndingWithTheWrongBlock) {
   EXPECT_TRUE(Has(why, "rank 0: recv[0] ends with element 2, not 0")) << why;
 }
 
+TEST(CheckKinds, CatchesReduceScatterWrongOnlyInPlace) {
+  // Each rank receives the other's part of its block into RECV, then adds
+  // its own input. In place RECV is that input: the receive overwrote it.
+  Plans ps(2);
+  for (int r = 0; r < 2; r++) {
+    plan& p = ps[r];
+    p.buf_count[PB_SEND] = 6;
+    p.buf_count[PB_RECV] = 3;
+    plan_add(&p, OP_SEND, 1 - r, Ref(PB_SEND, 3 * (1 - r)), Ref(PB_SEND, 0), 3);
+    plan_add(&p, OP_RECV, 1 - r, Ref(PB_RECV, 0), Ref(PB_RECV, 0), 3);
+    plan_step_begin(&p);
+    plan_add(&p, OP_REDUCE, -1, Ref(PB_SEND, 3 * r), Ref(PB_RECV, 0), 3);
+  }
+  std::string why = ps.Check(Spec(CHECK_REDUCESCATTER, 3));
+  EXPECT_TRUE(Has(why, "in-place: rank 1 step 1: contribution of rank 0 counted twice in recv[0]"))
+      << why;
+}
+
 TEST(CheckKinds, CatchesAllToAllVCountMismatch) {
   const std::vector<size_t> counts = {1, 2, 3, 4};
   Plans ps(2);
@@ -494,7 +519,8 @@ TEST(CheckKinds, CatchesAllToAllInPlaceHazard) {
     plan_add(&p, OP_COPY, -1, Ref(PB_SEND, 2 * r), Ref(PB_RECV, 2 * r), 2);
   }
   std::string why = ps.Check(Spec(CHECK_ALLTOALL, 2));
-  EXPECT_TRUE(Has(why, "in-place: rank 0 step 0: recv writes recv[2..4) while send reads send[2..4)"))
+  EXPECT_TRUE(
+      Has(why, "in-place: rank 0 step 0: recv writes recv[2..4) while send reads send[2..4)"))
       << why;
 }
 

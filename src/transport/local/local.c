@@ -30,17 +30,19 @@ struct local_conn {
 /* The registry: FIFOs created by senders, not yet taken by their receiver. */
 struct reg_entry {
   uint64_t hash;
-  int src, dst;
+  int src, dst, lane;
   struct fifo_ctrl* ctrl;
   struct reg_entry* next;
 };
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct reg_entry* reg_head;
 
-static void reg_add(uint64_t hash, int src, int dst, struct fifo_ctrl* ctrl, struct reg_entry* e) {
+static void reg_add(uint64_t hash, int src, int dst, int lane, struct fifo_ctrl* ctrl,
+                    struct reg_entry* e) {
   e->hash = hash;
   e->src = src;
   e->dst = dst;
+  e->lane = lane;
   e->ctrl = ctrl;
   pthread_mutex_lock(&reg_lock);
   e->next = reg_head;
@@ -49,12 +51,12 @@ static void reg_add(uint64_t hash, int src, int dst, struct fifo_ctrl* ctrl, str
 }
 
 /* Removes and returns the entry's FIFO, or NULL. */
-static struct fifo_ctrl* reg_take(uint64_t hash, int src, int dst) {
+static struct fifo_ctrl* reg_take(uint64_t hash, int src, int dst, int lane) {
   struct fifo_ctrl* found = NULL;
   pthread_mutex_lock(&reg_lock);
   for (struct reg_entry** pp = &reg_head; *pp; pp = &(*pp)->next) {
     struct reg_entry* e = *pp;
-    if (e->hash == hash && e->src == src && e->dst == dst) {
+    if (e->hash == hash && e->src == src && e->dst == dst && e->lane == lane) {
       found = e->ctrl;
       *pp = e->next;
       free(e);
@@ -75,13 +77,15 @@ static void fifo_unref(struct fifo_ctrl* f) {
   if (atomic_fetch_sub(&f->refs, 1) == 1) free(f);
 }
 
-static loomResult_t local_connect(struct loomComm* comm, int peer, int is_send, struct conn** out) {
+static loomResult_t local_connect(struct loomComm* comm, int peer, int is_send, int lane,
+                                  struct conn** out) {
   struct local_conn* c = calloc(1, sizeof(*c));
   if (!c) return err_set(comm, loomSystemError, "out of memory");
   c->base.tp = &loom_transport_local;
   c->base.comm = comm;
   c->base.peer = peer;
   c->base.is_send = is_send;
+  c->base.lane = lane;
   c->peer_bell = tp_peer_bell(comm, peer);
   c->key_hash = comm->comm_hash;
   if (is_send) {
@@ -98,7 +102,7 @@ static loomResult_t local_connect(struct loomComm* comm, int peer, int is_send, 
     atomic_init(&f->refs, 2); /* the sender, and the receiver once attached */
     atomic_store(&f->magic, FIFO_MAGIC);
     c->ctrl = f;
-    reg_add(comm->comm_hash, comm->rank, peer, f, e);
+    reg_add(comm->comm_hash, comm->rank, peer, lane, f, e);
   }
   *out = &c->base;
   return loomSuccess;
@@ -107,7 +111,7 @@ static loomResult_t local_connect(struct loomComm* comm, int peer, int is_send, 
 static loomResult_t local_connect_test(struct conn* base) {
   struct local_conn* c = (struct local_conn*)base;
   if (c->ctrl) return loomSuccess;
-  c->ctrl = reg_take(c->key_hash, base->peer, base->comm->rank);
+  c->ctrl = reg_take(c->key_hash, base->peer, base->comm->rank, base->lane);
   return c->ctrl ? loomSuccess : loomInProgress;
 }
 
@@ -234,6 +238,15 @@ static void local_withdraw(struct local_conn* c) {
   }
 }
 
+/* After a failure: withdraw what this sender posted (so no peer reads the
+ * caller's buffers once the call has returned) and drop the queue. */
+static loomResult_t local_cancel(struct conn* base) {
+  struct local_conn* c = (struct local_conn*)base;
+  if (c->ctrl && base->is_send) local_withdraw(c);
+  base->head = base->tail = NULL;
+  return loomSuccess;
+}
+
 static loomResult_t local_close(struct conn* base) {
   struct local_conn* c = (struct local_conn*)base;
   struct fifo_ctrl* f = c->ctrl;
@@ -245,13 +258,15 @@ static loomResult_t local_close(struct conn* base) {
   if (base->is_send) {
     local_withdraw(c);
     /* Never attached: the receiver will not find it any more. */
-    if (reg_take(c->key_hash, base->comm->rank, base->peer)) fifo_unref(f);
+    if (reg_take(c->key_hash, base->comm->rank, base->peer, base->lane)) fifo_unref(f);
   }
   if (c->peer_bell) bell_ring(c->peer_bell);
   fifo_unref(f);
   free(c);
   return loomSuccess;
 }
+
+static void local_comm_fini(struct loomComm* comm, int failed) {}
 
 const struct loom_transport loom_transport_local = {
     .name = "local",
@@ -261,5 +276,7 @@ const struct loom_transport loom_transport_local = {
     .send_post = local_post,
     .recv_post = local_post,
     .test = local_test,
+    .cancel = local_cancel,
     .close = local_close,
+    .comm_fini = local_comm_fini,
 };

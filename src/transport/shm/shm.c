@@ -28,8 +28,10 @@ struct shm_conn {
   struct bell* peer_bell;
 };
 
-static void fifo_name(const struct loomComm* comm, int src, int dst, char* buf, size_t len) {
-  snprintf(buf, len, "/loom-%016llx-f%d-%d", (unsigned long long)comm->comm_hash, src, dst);
+static void fifo_name(const struct loomComm* comm, int src, int dst, int lane, char* buf,
+                      size_t len) {
+  snprintf(buf, len, "/loom-%016llx-f%d-%d-%d", (unsigned long long)comm->comm_hash, src, dst,
+           lane);
 }
 
 static loomResult_t shm_can_connect(const struct peer_info* self, const struct peer_info* peer,
@@ -73,18 +75,20 @@ static loomResult_t shm_create(struct shm_conn* c) {
   return loomSuccess;
 }
 
-static loomResult_t shm_connect(struct loomComm* comm, int peer, int is_send, struct conn** out) {
+static loomResult_t shm_connect(struct loomComm* comm, int peer, int is_send, int lane,
+                               struct conn** out) {
   struct shm_conn* c = calloc(1, sizeof(*c));
   if (!c) return err_set(comm, loomSystemError, "out of memory");
   c->base.tp = &loom_transport_shm;
   c->base.comm = comm;
   c->base.peer = peer;
   c->base.is_send = is_send;
+  c->base.lane = lane;
   c->peer_bell = tp_peer_bell(comm, peer);
   if (is_send)
-    fifo_name(comm, comm->rank, peer, c->name, sizeof(c->name));
+    fifo_name(comm, comm->rank, peer, lane, c->name, sizeof(c->name));
   else
-    fifo_name(comm, peer, comm->rank, c->name, sizeof(c->name));
+    fifo_name(comm, peer, comm->rank, lane, c->name, sizeof(c->name));
   if (is_send) {
     loomResult_t r = shm_create(c);
     if (r != loomSuccess) {
@@ -126,6 +130,7 @@ static loomResult_t shm_connect_test(struct conn* base) {
   c->ctrl = ctrl;
   c->map_bytes = total;
   c->data = (char*)p + fifo_ctrl_bytes();
+  atomic_store(&ctrl->attached, 1);
   shm_unlink(c->name);
   return loomSuccess;
 }
@@ -239,15 +244,46 @@ static loomResult_t shm_test(struct xfer* x, int* done_out) {
 
 static loomResult_t shm_close(struct conn* base) {
   struct shm_conn* c = (struct shm_conn*)base;
+  /* Data sent but not yet collected by a receiver that has not attached yet
+   * must stay reachable: leave the name for the receiver, which unlinks it
+   * when it attaches (or, if it never does, when its communicator goes). */
+  int keep_name = 0;
   if (c->ctrl) {
+    keep_name = base->is_send && !atomic_load(&c->ctrl->attached) &&
+                atomic_load(&c->ctrl->head) != atomic_load(&c->ctrl->tail);
     /* A peer still waiting on this FIFO learns that nothing more will come. */
     atomic_store(&c->ctrl->closed, 1);
     if (c->peer_bell) bell_ring(c->peer_bell);
     munmap(c->ctrl, c->map_bytes);
   }
-  shm_unlink(c->name);
+  if (!keep_name) shm_unlink(c->name);
   free(c);
   return loomSuccess;
+}
+
+/* Forgets what is queued (after a failure): nothing here points into user
+ * memory once queued data has been copied, so the queue is simply dropped. */
+static loomResult_t shm_cancel(struct conn* base) {
+  base->head = base->tail = NULL;
+  return loomSuccess;
+}
+
+/* FIFOs into this rank are its to remove; FIFOs out of it too when the
+ * communicator failed (their receiver may be dead). A clean sender leaves
+ * its names to their receivers (shm_close). */
+static void shm_comm_fini(struct loomComm* comm, int failed) {
+  if (!comm->peers) return;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (comm->peers[p].host_id != comm->peers[comm->rank].host_id) continue;
+    for (int lane = 0; lane < LANE_COUNT; lane++) {
+      char name[64];
+      fifo_name(comm, p, comm->rank, lane, name, sizeof(name));
+      shm_unlink(name);
+      if (!failed) continue;
+      fifo_name(comm, comm->rank, p, lane, name, sizeof(name));
+      shm_unlink(name);
+    }
+  }
 }
 
 const struct loom_transport loom_transport_shm = {
@@ -258,5 +294,7 @@ const struct loom_transport loom_transport_shm = {
     .send_post = shm_post,
     .recv_post = shm_post,
     .test = shm_test,
+    .cancel = shm_cancel,
     .close = shm_close,
+    .comm_fini = shm_comm_fini,
 };

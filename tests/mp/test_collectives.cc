@@ -1,0 +1,205 @@
+// test_collectives.cc - the covering subset of the collective matrix, for CI
+// (suites CollCover*; the full product is test_collectives_long.cc, suites
+// CollLong*), and the group tests.
+//
+// Every collective x every algorithm that serves it (forced by LOOM_ALGO on
+// process ranks) x every datatype, each op of the reducing collectives in
+// place and out of place, every placement (root-only buffers NULL on
+// non-roots among them), zero and non-zero roots, counts 0, 1, 7, 1000 and
+// one that crosses pipeline slices; thread ranks with the tuner's own
+// choice; 1, 3, 4 and 5 ranks. See test_collectives.h for how inputs and
+// results are made and checked.
+#include <string>
+#include <vector>
+
+#include "test_collectives.h"
+
+namespace colltest {
+
+Call make(Coll coll, loomDataType_t t, int op, size_t count, int root, Place pl, int variant) {
+  Call k;
+  k.coll = coll;
+  k.type = t;
+  k.op = op;
+  k.count = count;
+  k.root = root;
+  k.place = pl;
+  k.variant = variant;
+  return k;
+}
+
+namespace {
+
+using harness::Ctx;
+using harness::Mode;
+
+constexpr int kCoverTimeoutS = 200;
+// Above pipeline slices (256 KiB) for every datatype of 4 bytes and more.
+constexpr size_t kSliceCrossingCount = 70001;
+
+// A few calls per datatype, rotating through ops, roots, placements and
+// all-to-all-v shapes; then each op in each placement; then the edges.
+void cover_body(Runner& r, const Ctx& c, Coll coll) {
+  const int n = c.nranks;
+  const std::vector<Place> places = places_of(coll);
+  const int nops = is_reducing(coll) ? kNumOps : 1;
+  for (int ti = 0; ti < kNumTypes && r.ok(); ti++)
+    for (int j = 0; j < 2; j++)
+      r.run(make(coll, kAllTypes[ti], (2 * ti + j) % nops, j ? 1000 : 7, (ti + j + 1) % n,
+                 places[(size_t)(ti + j) % places.size()], (ti + j) % kNumVariants));
+  for (int op = 0; op < nops; op++)
+    for (Place pl : places) r.run(make(coll, loomFloat32, op, 1000, n - 1, pl, op % kNumVariants));
+  for (Place pl : places)
+    r.run(make(coll, loomFloat32, loomSum, kSliceCrossingCount, n / 2, pl, 2));
+  r.run(make(coll, loomUint8, loomMax, 1, n - 1, Place::Out, 1));
+  r.run(make(coll, loomInt32, loomSum, 0, n - 1, Place::Out));
+  r.run(make(coll, loomInt32, loomSum, 0, n - 1, Place::OutNull));
+}
+
+struct CoverCase {
+  Coll coll;
+  std::string algo;  // "" on thread ranks: the tuner's choice
+  Mode mode;
+  int nranks;
+};
+
+std::vector<CoverCase> cover_cases() {
+  std::vector<CoverCase> v;
+  for (int ci = 0; ci < kNumColls; ci++) {
+    Coll coll = (Coll)ci;
+    for (const std::string& algo : algos_of(coll))
+      for (int n : {3, 4, 5}) v.push_back({coll, algo, Mode::Proc, n});
+    for (int n : {1, 4}) v.push_back({coll, "", Mode::Thread, n});
+  }
+  return v;
+}
+
+class CoverMatrix : public ::testing::TestWithParam<CoverCase> {};
+
+TEST_P(CoverMatrix, EveryTypeOpPlacement) {
+  const CoverCase cc = GetParam();
+  std::string label = cc.algo.empty() ? "tuner" : cc.algo;
+  harness::run(
+      cc.nranks, cc.mode,
+      [&](Ctx& c) {
+        Runner r(c, label);
+        cover_body(r, c, cc.coll);
+      },
+      opts_for(cc.algo, kCoverTimeoutS));
+}
+
+std::string cover_name(const ::testing::TestParamInfo<CoverCase>& info) {
+  const CoverCase& cc = info.param;
+  return std::string(coll_name(cc.coll)) + "_" + (cc.algo.empty() ? "tuner" : cc.algo) + "_" +
+         harness::mode_name(cc.mode) + std::to_string(cc.nranks);
+}
+
+INSTANTIATE_TEST_SUITE_P(CollCover, CoverMatrix, ::testing::ValuesIn(cover_cases()), cover_name);
+
+}  // namespace
+
+// ---- Groups -------------------------------------------------------------------------
+
+namespace {
+
+// Sends and receives in the group: to the next rank and the one before,
+// with different counts, so a swapped pair shows.
+struct P2P {
+  int next, prev;
+  std::vector<int32_t> to_next, to_prev, from_prev, from_next;
+};
+
+int32_t p2p_value(int src, int dst, size_t i) { return (int32_t)(src * 1000003 + dst * 7919 + (int)i); }
+
+P2P make_p2p(const Ctx& c) {
+  P2P p;
+  p.next = (c.rank + 1) % c.nranks;
+  p.prev = (c.rank + c.nranks - 1) % c.nranks;
+  p.to_next.resize(1000);
+  p.to_prev.resize(333);
+  for (size_t i = 0; i < p.to_next.size(); i++) p.to_next[i] = p2p_value(c.rank, p.next, i);
+  for (size_t i = 0; i < p.to_prev.size(); i++) p.to_prev[i] = p2p_value(c.rank, p.prev, i) ^ 1;
+  p.from_prev.assign(1000, -1);
+  p.from_next.assign(333, -1);
+  return p;
+}
+
+void check_p2p(const Ctx& c, const P2P& p) {
+  for (size_t i = 0; i < p.from_prev.size(); i++)
+    ASSERT_EQ(p.from_prev[i], p2p_value(p.prev, c.rank, i))
+        << "rank " << c.rank << ": receive from " << p.prev << ", element " << i;
+  for (size_t i = 0; i < p.from_next.size(); i++)
+    ASSERT_EQ(p.from_next[i], p2p_value(p.next, c.rank, i) ^ 1)
+        << "rank " << c.rank << ": receive from " << p.next << ", element " << i;
+}
+
+}  // namespace
+
+void group_body(const harness::Ctx& c, const std::string& label) {
+  const int n = c.nranks;
+  Runner r(c, label);
+  const std::vector<Call> calls = {
+      make(Coll::AllReduce, loomFloat32, loomSum, 1000, 0, Place::Out),
+      make(Coll::Broadcast, loomInt8, 0, 1000, 1 % n, Place::Out),
+      make(Coll::Reduce, loomBfloat16, kPreMul, 1000, n - 1, Place::OutNull),
+      make(Coll::AllGather, loomInt64, 0, 7, 0, Place::In),
+      make(Coll::ReduceScatter, loomFloat16, loomAvg, 1000, 0, Place::Out),
+      make(Coll::AlltoAll, loomUint8, 0, 1001, 0, Place::Out),
+      make(Coll::AlltoAllv, loomFloat32, 0, 100, 0, Place::Out, 0),
+      make(Coll::Gather, loomFloat64, 0, 7, n / 2, Place::In),
+      make(Coll::Scatter, loomUint32, 0, 1000, n - 1, Place::Out),
+      make(Coll::AllReduce, loomInt32, loomMax, kSliceCrossingCount, 0, Place::In),
+  };
+  for (int rep = 0; rep < 2; rep++) {
+    SCOPED_TRACE("group " + std::to_string(rep));
+    std::vector<PreparedPtr> prepared;
+    for (const Call& k : calls) prepared.push_back(r.prepare(k));
+    P2P p = make_p2p(c);
+    ASSERT_LOOM_OK(loomGroupStart());
+    for (size_t i = 0; i < calls.size(); i++)
+      EXPECT_EQ(r.issue(*prepared[i]), loomSuccess) << r.describe(calls[i]);
+    EXPECT_LOOM_OK(loomRecv(p.from_prev.data(), p.from_prev.size(), loomInt32, p.prev, c.comm, nullptr));
+    EXPECT_LOOM_OK(loomSend(p.to_next.data(), p.to_next.size(), loomInt32, p.next, c.comm, nullptr));
+    EXPECT_LOOM_OK(loomSend(p.to_prev.data(), p.to_prev.size(), loomInt32, p.prev, c.comm, nullptr));
+    EXPECT_LOOM_OK(loomRecv(p.from_next.data(), p.from_next.size(), loomInt32, p.next, c.comm, nullptr));
+    ASSERT_LOOM_OK(loomGroupEnd());
+    for (auto& pp : prepared) r.verify(*pp);
+    check_p2p(c, p);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+const char* const kGroupAlgosA =
+    "allreduce:tree;broadcast:ring;reduce:tree;allgather:rhd;reducescatter:rhd;alltoall:bruck";
+const char* const kGroupAlgosB =
+    "allreduce:rhd;broadcast:tree;reduce:ring;allgather:ring;reducescatter:ring;alltoall:pairwise";
+
+std::string group_name(const ::testing::TestParamInfo<GroupCase>& info) {
+  const GroupCase& g = info.param;
+  std::string algo = g.algo.empty() ? "tuner" : g.algo == kGroupAlgosA ? "algosA" : "algosB";
+  return std::string(harness::mode_name(g.mode)) + std::to_string(g.nranks) + "_" + algo;
+}
+
+namespace {
+
+using harness::Ctx;
+using harness::Mode;
+
+class CoverGroup : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(CoverGroup, EveryCollectiveAndSendRecvInOneGroup) {
+  const GroupCase g = GetParam();
+  harness::run(
+      g.nranks, g.mode, [&](Ctx& c) { group_body(c, g.algo.empty() ? "tuner" : g.algo); },
+      opts_for(g.algo, kCoverTimeoutS));
+}
+
+INSTANTIATE_TEST_SUITE_P(CollCover, CoverGroup,
+                         ::testing::Values(GroupCase{Mode::Proc, 3, kGroupAlgosA},
+                                           GroupCase{Mode::Proc, 4, kGroupAlgosB},
+                                           GroupCase{Mode::Thread, 5, ""},
+                                           GroupCase{Mode::Thread, 1, ""}),
+                         group_name);
+
+}  // namespace
+}  // namespace colltest
