@@ -26,12 +26,15 @@ build_and_test() { # dir, cmake args..., -- ctest args...
   (cd "$dir" && ctest --output-on-failure --timeout 600 -j"$jobs" "${targs[@]}")
 }
 
-build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE "sanity|long"
+build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE "sanity|long|tsan"
 if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then exit 0; fi
 # Sanitizers over the unit tests and a covering part of the multi-rank tests.
-build_and_test build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=address,undefined -- -L "unit|sanity"
-build_and_test build-tsan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=thread -- -L "unit|sanity"
-echo "=== valgrind: unit tests"
-valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite -q \
-  ./build/tests/loom_unit_tests --gtest_brief=1
+build_and_test build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address,undefined -- -L "unit|sanity"
+build_and_test build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -- -L "tsan|sanity"
+echo "=== valgrind: the fast unit tests and thread-rank multi-rank tests"
+vg=(valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite -q)
+"${vg[@]}" ./build/tests/loom_unit_tests --gtest_brief=1 \
+  --gtest_filter='Convert*:Formats/*:Dispatch*:Dtype*:Tune*:Boot*:Victims/*:Plan*:*Args*:CheckKinds*'
+"${vg[@]}" ./build/tests/loom_mp_tests --gtest_brief=1 \
+  --gtest_filter='Ranks/CommInit.*/thread3:Ranks/P2PGroup.*/thread3:Ranks/Stream.*/thread3:Ranks/AllReduceMatrix.*/thread3_float32:AllReduce.PreMulSum*'
 echo "all test passes done"

@@ -62,8 +62,11 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
       return 2 * (n - 1) * slices(S / n, sl) * k->step_us + 2.0 * (n - 1) / n * S / B +
              (double)(n - 1) / n * S / R;
     case TUNE_TREE: {
-      int depth = log2_floor(n) + 1;
-      return 2 * pipeline_us(k, depth, S / 2, sl, 2) + S / R;
+      /* Both trees run at once, each with half the data: about 2.5 log2 n
+       * rounds of latency (up with a stagger per level, then down), then one
+       * round per slice, each round moving a slice to two children. */
+      double rounds = 2.5 * log2(n) + slices(S / 2, sl);
+      return rounds * (k->step_us + 2 * fmin(sl, S / 2) / B) + S / R;
     }
     case TUNE_RHD: {
       int p = 1 << log2_floor(n), lg = log2_floor(n);
@@ -90,7 +93,10 @@ double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tu
     case TUNE_REDUCE: {
       double red = coll == TUNE_REDUCE ? S / R : 0;
       if (a == TUNE_RING) t = pipeline_us(k, n - 1, S, sl, 1) + red;
-      if (a == TUNE_TREE) t = pipeline_us(k, log2_floor(n) + 1, S / 2, sl, 2) + red;
+      if (a == TUNE_TREE) {
+        double lat = coll == TUNE_REDUCE ? 1.5 * log2(n) + 1 : log2(n) + 1;
+        t = (lat + slices(S / 2, sl)) * (k->step_us + 2 * fmin(sl, S / 2) / B) + red;
+      }
       break;
     }
     case TUNE_ALLGATHER:
