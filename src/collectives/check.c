@@ -4,9 +4,10 @@
  * ranks' contributions of which source element it carries. The plans of all
  * ranks run together under rendezvous semantics (a send and its receive
  * complete only once both are posted in their ranks' current steps), once
- * with distinct send and receive buffers and once in place, where SEND lives
- * inside RECV's storage: aliasing is then two views of one array, so the
- * hazard and data checks need no special case for it.
+ * with distinct send and receive buffers and once in place (where the kind
+ * has an in-place form), where SEND and RECV are two views of one array
+ * laid out as the API's in-place rule says, so the hazard and data checks
+ * need no special case for aliasing.
  *
  * The simulation is the same for every collective; what differs per kind is
  * said in four places (the "Per kind" section): the row of `kinds` (name,
@@ -42,7 +43,7 @@ struct link { /* the other end of a send or receive */
 struct rank_sim {
   const struct plan* p;
   struct sym* store[PB_COUNT]; /* the memory of each buffer */
-  struct sym* view[PB_COUNT];  /* where each plan buffer starts: in place, SEND is in RECV */
+  struct sym* view[PB_COUNT];  /* where each plan buffer starts: in place, SEND and RECV share */
   size_t op_base;              /* global id of the plan's op 0 */
   uint32_t cur;                /* current step */
   uint32_t pending;            /* its sends and receives not yet done */
@@ -393,8 +394,22 @@ static int hazard(struct sim* s, int r, const struct access* a, const struct acc
               b->write ? "writes" : "reads", AT(yr, 0), yr.off + y->count);
 }
 
-/* Pairwise, because steps hold a few ops. One op may read and write the
- * very same range (an element-wise update) but not partly overlapping ones. */
+/* Accesses in address order; at one address by op, reads first. */
+static int access_before(const struct access* a, const struct access* b) {
+  if (a->lo != b->lo) return (uintptr_t)a->lo < (uintptr_t)b->lo;
+  if (a->op != b->op) return a->op < b->op;
+  return a->write < b->write;
+}
+static int access_cmp(const void* x, const void* y) {
+  return access_before(y, x) - access_before(x, y);
+}
+
+/* Sorts the step's accesses by address and sweeps them, keeping the access
+ * and the write that reach furthest so far: an access overlaps an earlier
+ * one exactly when it starts below where that one ends. O(k log k), since
+ * some plans put thousands of ops in a step. One op may read and write the
+ * very same range (an element-wise update: one write access here) but not
+ * partly overlapping ones. */
 static int step_hazards(struct sim* s, int r, struct access* acc) {
   const struct plan* p = &s->plans[r];
   const struct plan_step* st = &p->steps[s->rk[r].cur];
@@ -402,17 +417,33 @@ static int step_hazards(struct sim* s, int r, struct access* acc) {
   for (uint32_t o = st->op_begin; o < st->op_end; o++) {
     const struct plan_op* op = &p->ops[o];
     struct sym *src = at(s, r, op->src), *dst = at(s, r, op->dst);
-    if (reads_src(op->kind)) acc[n++] = (struct access){src, src + op->count, o, 0};
-    if (writes_dst(op->kind)) acc[n++] = (struct access){dst, dst + op->count, o, 1};
+    int rd = reads_src(op->kind), wr = writes_dst(op->kind);
+    if (rd && wr && src == dst) rd = 0;
+    if (rd) acc[n++] = (struct access){src, src + op->count, o, 0};
+    if (wr) acc[n++] = (struct access){dst, dst + op->count, o, 1};
   }
-  for (int i = 0; i < n; i++)
-    for (int j = i + 1; j < n; j++) {
-      const struct access *a = &acc[i], *b = &acc[j];
-      if (!(a->write || b->write)) continue;
-      if ((uintptr_t)a->lo >= (uintptr_t)b->hi || (uintptr_t)b->lo >= (uintptr_t)a->hi) continue;
-      if (a->op == b->op && a->lo == b->lo) continue;
-      return a->write ? hazard(s, r, a, b) : hazard(s, r, b, a);
+  if (n > 16) {
+    qsort(acc, (size_t)n, sizeof(*acc), access_cmp);
+  } else {
+    for (int i = 1; i < n; i++) /* insertion sort: most steps hold a few ops */
+      for (int j = i; j > 0 && access_before(&acc[j], &acc[j - 1]); j--) {
+        struct access t = acc[j];
+        acc[j] = acc[j - 1];
+        acc[j - 1] = t;
+      }
+  }
+  const struct access *far = NULL, *far_write = NULL;
+  for (int i = 0; i < n; i++) {
+    const struct access* x = &acc[i];
+    const struct access* hit = x->write ? far : far_write;
+    if (hit && (uintptr_t)hit->hi > (uintptr_t)x->lo) {
+      if (!x->write) return hazard(s, r, hit, x);
+      /* Two writes: name the earlier op first. */
+      return hit->write && hit->op < x->op ? hazard(s, r, hit, x) : hazard(s, r, x, hit);
     }
+    if (!far || (uintptr_t)x->hi > (uintptr_t)far->hi) far = x;
+    if (x->write && (!far_write || (uintptr_t)x->hi > (uintptr_t)far_write->hi)) far_write = x;
+  }
   return 0;
 }
 

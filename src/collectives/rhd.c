@@ -31,16 +31,25 @@
  * block is written at its final place in RECV, so no rotation is needed.
  *
  * Every transfer is cut into pieces of at most slice_elems, all of one
- * exchange posted in the same step, which keeps the log-step shape.
+ * exchange posted in the same step, which keeps the log-step shape. Steps
+ * that send or receive: all-reduce 2 log2 p (+ 2 on the odd ranks of the
+ * fold, 2 in all on the even ones); reduce-scatter log2 p (the same + 2, or
+ * 2); all-gather ceil(log2 n). PreMulSum scales the input first (into RECV
+ * for all-reduce, PB_SCRATCH for reduce-scatter); loomAvg divides each
+ * final value once: in all-reduce each active rank its own block, between
+ * the phases, in reduce-scatter each rank its RECV at the end. Only
+ * reduce-scatter uses PB_SCRATCH: n * c elements on ranks that fold or
+ * pre-multiply, at most half of that on the others (rhd_finish).
  *
- * In place: all-reduce reads SEND only in the first exchange, as the src of
- * the receive that writes the same elements; reduce-scatter writes RECV (its
- * own block of SEND) only as the element-for-element update of the input it
- * reads, after which the input of that block is never read again; all-gather
- * copies its block into RECV in a step of its own (a no-op in place) before
- * anything reads it. */
+ * In place: all-reduce reads SEND only in its first exchange (the halves it
+ * gives away, and the src of the receive that reduces into the same
+ * elements of RECV). In reduce-scatter an active rank writes RECV (its own
+ * block of SEND) only by receives that reduce into it the very elements they
+ * read (or, after PreMulSum, their scaled copy), and a folded-away rank only
+ * after the fold step sent all its input.
+ * All-gather copies its block into RECV in a step of its own (a no-op in
+ * place) before anything reads it there. */
 #include "collectives/plan.h"
-
 #include "core/checks.h"
 
 enum rhd_mode { RHD_ALLREDUCE, RHD_REDUCESCATTER, RHD_ALLGATHER };
@@ -49,11 +58,11 @@ struct rhd {
   const struct coll_args* a;
   struct plan* p;
   enum rhd_mode mode;
-  int p2;                /* largest power of two <= nranks */
-  int rem;               /* nranks - p2: ranks folded away */
-  int vrank;             /* among the p2 active ranks; -1 when folded away */
-  struct plan_ref in;    /* where the input starts: SEND, or the premul's copy */
-  int reduced;           /* partials exist: sends read them, not the input */
+  int p2;             /* largest power of two <= nranks */
+  int rem;            /* nranks - p2: ranks folded away */
+  int vrank;          /* among the p2 active ranks; -1 when folded away */
+  struct plan_ref in; /* where the input starts: SEND, or the premul's copy */
+  int reduced;        /* partials exist: sends read them, not the input */
 };
 
 /* ---- The fold ---- */
@@ -221,15 +230,25 @@ static loomResult_t rhd_start(const struct coll_args* a, enum rhd_mode mode, str
   return loomSuccess;
 }
 
-/* Sizes PB_SCRATCH to what the ops touch, then ends the plan. */
+/* Sizes PB_SCRATCH to the span of it the ops touch, moved to start at 0
+ * (partials are placed at their offset in SEND, and a rank that neither
+ * folds nor pre-multiplies touches only the half it keeps), then ends the
+ * plan. */
 static loomResult_t rhd_finish(struct plan* p) {
-  size_t need = 0;
+  size_t lo = SIZE_MAX, hi = 0;
   for (uint32_t i = 0; i < p->nops; i++) {
-    const struct plan_op* op = &p->ops[i];
-    if (op->src.buf == PB_SCRATCH && op->src.off + op->count > need) need = op->src.off + op->count;
-    if (op->dst.buf == PB_SCRATCH && op->dst.off + op->count > need) need = op->dst.off + op->count;
+    const struct plan_ref* refs[2] = {&p->ops[i].src, &p->ops[i].dst};
+    for (int k = 0; k < 2; k++) {
+      if (refs[k]->buf != PB_SCRATCH) continue;
+      if (refs[k]->off < lo) lo = refs[k]->off;
+      if (refs[k]->off + p->ops[i].count > hi) hi = refs[k]->off + p->ops[i].count;
+    }
   }
-  p->buf_count[PB_SCRATCH] = need;
+  for (uint32_t i = 0; i < p->nops && hi > 0; i++) {
+    if (p->ops[i].src.buf == PB_SCRATCH) p->ops[i].src.off -= lo;
+    if (p->ops[i].dst.buf == PB_SCRATCH) p->ops[i].dst.off -= lo;
+  }
+  p->buf_count[PB_SCRATCH] = hi > 0 ? hi - lo : 0;
   return plan_finish(p);
 }
 

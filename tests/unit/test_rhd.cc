@@ -49,12 +49,8 @@ class Plans {
   Plans(const Plans&) = delete;
   Plans& operator=(const Plans&) = delete;
 
-  int n() const {
-    return (int)p_.size();
-  }
-  const plan& operator[](int r) const {
-    return p_[r];
-  }
+  int n() const { return (int)p_.size(); }
+  const plan& operator[](int r) const { return p_[r]; }
 
   // Empty when the plans are a correct collective, else the reason.
   std::string Check() const {
@@ -75,8 +71,8 @@ class Plans {
     for (uint32_t s = 0; s < p.nsteps; s++) {
       bool comm = false;
       for (uint32_t o = p.steps[s].op_begin; o < p.steps[s].op_end; o++)
-        comm |= p.ops[o].kind == OP_SEND || p.ops[o].kind == OP_RECV ||
-                p.ops[o].kind == OP_RECV_REDUCE;
+        comm |=
+            p.ops[o].kind == OP_SEND || p.ops[o].kind == OP_RECV || p.ops[o].kind == OP_RECV_REDUCE;
       steps += comm;
     }
     return steps;
@@ -154,9 +150,8 @@ void CheckAll(const Algo& algo, bool per_rank_blocks, bool reduces) {
           bool premul = variant & 1, avg = variant & 2;
           Plans ps(algo, n, count, slice, premul, avg);
           std::string why = ps.Check();
-          ASSERT_EQ(why, "") << algo.name << " n=" << n << " count=" << count
-                             << " slice=" << slice << " premul=" << premul << " avg=" << avg
-                             << "\nrank 0:\n"
+          ASSERT_EQ(why, "") << algo.name << " n=" << n << " count=" << count << " slice=" << slice
+                             << " premul=" << premul << " avg=" << avg << "\nrank 0:\n"
                              << ps.Print(0);
         }
       }
@@ -255,6 +250,11 @@ TEST(RhdReduceScatter, ScratchOnlyWhereNeeded) {
   Plans pre(kReduceScatter, 2, 50, size_t(1) << 20, true, false);
   EXPECT_EQ(pre[0].buf_count[PB_SCRATCH], 100u);
   EXPECT_EQ(pre.Check(), "");
+  // Without fold or premul a rank keeps partials only of the half it keeps
+  // after the first step: half of SEND.
+  Plans eight(kReduceScatter, 8, 10, size_t(1) << 20);
+  for (int r = 0; r < 8; r++) EXPECT_LE(eight[r].buf_count[PB_SCRATCH], 40u) << "rank " << r;
+  EXPECT_EQ(eight.Check(), "");
   // A folded-away rank only hands its input over and takes its block back.
   Plans fold(kReduceScatter, 5, 50, size_t(1) << 20);
   EXPECT_EQ(fold[0].buf_count[PB_SCRATCH], 0u);
@@ -267,7 +267,7 @@ TEST(RhdAllGather, TakesCeilLog2Steps) {
     for (int r = 0; r < n; r++) {
       EXPECT_EQ(ps.ExchangeSteps(r), Log2Ceil(n)) << "n=" << n << " rank " << r;
       EXPECT_EQ(ps[r].nsteps, 1u + (unsigned)Log2Ceil(n)) << "n=" << n;  // the copy first
-      EXPECT_EQ(ps.SentElems(r), 5u * (size_t)(n - 1)) << "n=" << n;   // each block once
+      EXPECT_EQ(ps.SentElems(r), 5u * (size_t)(n - 1)) << "n=" << n;     // each block once
       EXPECT_EQ(ps[r].buf_count[PB_SCRATCH], 0u);
     }
   }

@@ -524,6 +524,25 @@ TEST(CheckKinds, CatchesAllToAllInPlaceHazard) {
       << why;
 }
 
+TEST(CheckKinds, FindsHazardsInLargeSteps) {
+  // 40 one-element copies in one step: sorted and swept, not compared pairwise.
+  Plans ps(1);
+  ps[0].buf_count[PB_SEND] = ps[0].buf_count[PB_RECV] = 40;
+  for (size_t i = 0; i < 40; i++)
+    plan_add(&ps[0], OP_COPY, -1, Ref(PB_SEND, i), Ref(PB_RECV, i), 1);
+  EXPECT_EQ(ps.Check(Spec(CHECK_ALLREDUCE, 40)), "");
+  ps[0].ops[7].dst.off = 5;
+  std::string why = ps.Check(Spec(CHECK_ALLREDUCE, 40));
+  EXPECT_TRUE(Has(why, "rank 0 step 0: copy writes recv[5..6) while copy writes recv[5..6)"))
+      << why;
+  ps[0].ops[7].dst.off = 7;
+  ps[0].ops[30].count = 2;     // reads send[30..32) while op 31 reads send[31..32): fine
+  ps[0].ops[30].dst.off = 29;  // but writes recv[29..31), over ops 29 and 31's writes
+  why = ps.Check(Spec(CHECK_ALLREDUCE, 40));
+  EXPECT_TRUE(Has(why, "rank 0 step 0: copy writes recv[29..30) while copy writes recv[29..31)"))
+      << why;
+}
+
 TEST(CheckKinds, CatchesPremulOutsideReductions) {
   Plans ps(1);
   ps[0].buf_count[PB_SEND] = ps[0].buf_count[PB_RECV] = 3;
