@@ -1,6 +1,8 @@
 // test_args.cc - bad arguments, as API.md's "Bad arguments" sentence has it:
-// NULL communicator, NULL buffer with count > 0, unknown datatype or op, peer
-// out of range, overlapping buffers that are not the in-place case (and, for
+// NULL communicator, NULL buffer with count > 0 (a root-only buffer only on
+// the root), unknown datatype or op, root or peer out of range, overlapping
+// buffers that are not the in-place case, NULL count or displacement arrays
+// of all-to-all-v (and, for
 // the init functions: nranks < 1, rank out of range, NULL comm pointer, a
 // config not from LOOM_CONFIG_INITIALIZER, a garbage unique id) each return
 // loomInvalidArgument on the calling rank, at once, with a loomGetLastError
@@ -14,6 +16,8 @@
 // results (nothing lost, nothing hung, nothing left queued).
 //
 // Functions that are not available yet return loomInvalidUsage saying so.
+// Root-only buffers NULL on non-roots, and NULL everywhere with count 0, are
+// valid: RootOnlyNull.
 #include <unistd.h>
 
 #include <algorithm>
@@ -179,6 +183,305 @@ const loomScalarResidence_t kImm = loomScalarHostImmediate;
 float g_two = 2.0f;  // a PreMulSum scalar; HostImmediate reads it at creation
 
 const Words kNullComm = {{"communicator", "comm"}, {"null"}};
+
+// ---- The other collectives ----------------------------------------------------------
+
+// Elements per block for the collectives whose buffers hold nranks blocks,
+// so that every pointer below stays inside Bufs' buffers.
+size_t block_count(const Ctx& c) { return kCount / (size_t)c.nranks - 1; }
+int other_rank(const Ctx& c) { return (c.rank + 1) % c.nranks; }
+
+// Counts and displacements of an all-to-all-v of cnt elements per peer.
+struct VArgs {
+  std::vector<size_t> counts, displs;
+  VArgs(int n, size_t cnt) : counts((size_t)n, cnt), displs((size_t)n) {
+    for (int p = 0; p < n; p++) displs[(size_t)p] = (size_t)p * cnt;
+  }
+};
+
+const Words kRootNeg = {{"root"}, {"-1"}};
+const Words kRootN = {{"root"}, {"$N"}};
+const Words kSendNull = {{"sendbuff"}, {"null"}};
+const Words kRecvNull = {{"recvbuff"}, {"null"}};
+const Words kOverlap = {{"overlap"}};
+const Words kType = {{"datatype", "type"}};
+const Words kArrayNull = {{"count", "displacement", "displs"}, {"null"}};
+
+// Root out of range, NULL communicator, unknown datatype (and op), NULL
+// buffers where the call needs them (a root-only buffer only on the root),
+// overlapping buffers that are not the in-place case, NULL count arrays.
+std::vector<Case> other_collective_cases() {
+  const loomDataType_t i32 = loomInt32;
+  const loomDataType_t badt = loomNumTypes;
+  std::vector<Case> v = {
+      // ---- loomBroadcast ----
+      {"BroadcastNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx&, Bufs& b) {
+         return loomBroadcast(b.send.data(), b.recv.data(), kCount, i32, 0, nullptr, nullptr);
+       }},
+      {"BroadcastRootNegative", loomInvalidArgument, kRootNeg, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomBroadcast(b.send.data(), b.recv.data(), kCount, i32, -1, c.comm, nullptr);
+       }},
+      {"BroadcastRootNranks", loomInvalidArgument, kRootN, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomBroadcast(b.send.data(), b.recv.data(), kCount, i32, c.nranks, c.comm, nullptr);
+       }},
+      {"BroadcastDatatypeUnknown", loomInvalidArgument, kType, true,
+       [badt](const Ctx& c, Bufs& b) {
+         return loomBroadcast(b.send.data(), b.recv.data(), kCount, badt, 0, c.comm, nullptr);
+       }},
+      {"BroadcastNullSendbuffOnRoot", loomInvalidArgument, kSendNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomBroadcast(nullptr, b.recv.data(), kCount, i32, c.rank, c.comm, nullptr);
+       }},
+      {"BroadcastNullRecvbuffOnNonRoot", loomInvalidArgument, kRecvNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomBroadcast(b.send.data(), nullptr, kCount, i32, other_rank(c), c.comm, nullptr);
+       }},
+      {"BroadcastOverlapOnRoot", loomInvalidArgument, kOverlap, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomBroadcast(b.send.data(), b.send.data() + 1, kCount - 1, i32, c.rank, c.comm,
+                              nullptr);
+       }},
+      // ---- loomReduce ----
+      {"ReduceNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx&, Bufs& b) {
+         return loomReduce(b.send.data(), b.recv.data(), kCount, i32, loomSum, 0, nullptr, nullptr);
+       }},
+      {"ReduceRootNegative", loomInvalidArgument, kRootNeg, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduce(b.send.data(), b.recv.data(), kCount, i32, loomSum, -1, c.comm, nullptr);
+       }},
+      {"ReduceRootNranks", loomInvalidArgument, kRootN, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduce(b.send.data(), b.recv.data(), kCount, i32, loomSum, c.nranks, c.comm,
+                           nullptr);
+       }},
+      {"ReduceDatatypeUnknown", loomInvalidArgument, kType, true,
+       [badt](const Ctx& c, Bufs& b) {
+         return loomReduce(b.send.data(), b.recv.data(), kCount, badt, loomSum, 0, c.comm, nullptr);
+       }},
+      {"ReduceOpNumOps", loomInvalidArgument, {{"op"}, {"5"}}, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduce(b.send.data(), b.recv.data(), kCount, i32, loomNumOps, 0, c.comm,
+                           nullptr);
+       }},
+      {"ReduceNullSendbuffOnNonRoot", loomInvalidArgument, kSendNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduce(nullptr, b.recv.data(), kCount, i32, loomSum, other_rank(c), c.comm,
+                           nullptr);
+       }},
+      {"ReduceNullRecvbuffOnRoot", loomInvalidArgument, kRecvNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduce(b.send.data(), nullptr, kCount, i32, loomSum, c.rank, c.comm, nullptr);
+       }},
+      {"ReduceOverlapOnRoot", loomInvalidArgument, kOverlap, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduce(b.send.data() + 1, b.send.data(), kCount - 1, i32, loomSum, c.rank,
+                           c.comm, nullptr);
+       }},
+      // ---- loomAllGather: in place is sendbuff == recvbuff + rank * count ----
+      {"AllGatherNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllGather(b.send.data(), b.recv.data(), block_count(c), i32, nullptr, nullptr);
+       }},
+      {"AllGatherDatatypeUnknown", loomInvalidArgument, kType, true,
+       [badt](const Ctx& c, Bufs& b) {
+         return loomAllGather(b.send.data(), b.recv.data(), block_count(c), badt, c.comm, nullptr);
+       }},
+      {"AllGatherNullSendbuff", loomInvalidArgument, kSendNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllGather(nullptr, b.recv.data(), block_count(c), i32, c.comm, nullptr);
+       }},
+      {"AllGatherNullRecvbuff", loomInvalidArgument, kRecvNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAllGather(b.send.data(), nullptr, block_count(c), i32, c.comm, nullptr);
+       }},
+      {"AllGatherOverlapNotInPlace", loomInvalidArgument, kOverlap, true,
+       [i32](const Ctx& c, Bufs& b) {
+         size_t cnt = block_count(c);
+         return loomAllGather(b.recv.data() + (size_t)c.rank * cnt + 1, b.recv.data(), cnt, i32,
+                              c.comm, nullptr);
+       }},
+      // ---- loomReduceScatter: in place is recvbuff == sendbuff + rank * count ----
+      {"ReduceScatterNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduceScatter(b.send.data(), b.recv.data(), block_count(c), i32, loomSum,
+                                  nullptr, nullptr);
+       }},
+      {"ReduceScatterDatatypeUnknown", loomInvalidArgument, kType, true,
+       [badt](const Ctx& c, Bufs& b) {
+         return loomReduceScatter(b.send.data(), b.recv.data(), block_count(c), badt, loomSum,
+                                  c.comm, nullptr);
+       }},
+      {"ReduceScatterOpNegative", loomInvalidArgument, {{"op"}, {"-1"}}, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduceScatter(b.send.data(), b.recv.data(), block_count(c), i32,
+                                  (loomRedOp_t)-1, c.comm, nullptr);
+       }},
+      {"ReduceScatterNullSendbuff", loomInvalidArgument, kSendNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduceScatter(nullptr, b.recv.data(), block_count(c), i32, loomSum, c.comm,
+                                  nullptr);
+       }},
+      {"ReduceScatterNullRecvbuff", loomInvalidArgument, kRecvNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomReduceScatter(b.send.data(), nullptr, block_count(c), i32, loomSum, c.comm,
+                                  nullptr);
+       }},
+      {"ReduceScatterOverlapNotInPlace", loomInvalidArgument, kOverlap, true,
+       [i32](const Ctx& c, Bufs& b) {
+         size_t cnt = block_count(c);
+         return loomReduceScatter(b.send.data(), b.send.data() + (size_t)c.rank * cnt + 1, cnt,
+                                  i32, loomSum, c.comm, nullptr);
+       }},
+      // ---- loomAlltoAll: in place is sendbuff == recvbuff ----
+      {"AlltoAllNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAlltoAll(b.send.data(), b.recv.data(), block_count(c), i32, nullptr, nullptr);
+       }},
+      {"AlltoAllDatatypeUnknown", loomInvalidArgument, kType, true,
+       [badt](const Ctx& c, Bufs& b) {
+         return loomAlltoAll(b.send.data(), b.recv.data(), block_count(c), badt, c.comm, nullptr);
+       }},
+      {"AlltoAllNullSendbuff", loomInvalidArgument, kSendNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAlltoAll(nullptr, b.recv.data(), block_count(c), i32, c.comm, nullptr);
+       }},
+      {"AlltoAllNullRecvbuff", loomInvalidArgument, kRecvNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAlltoAll(b.send.data(), nullptr, block_count(c), i32, c.comm, nullptr);
+       }},
+      {"AlltoAllOverlapNotInPlace", loomInvalidArgument, kOverlap, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomAlltoAll(b.recv.data() + 1, b.recv.data(), block_count(c), i32, c.comm,
+                             nullptr);
+       }},
+      // ---- loomAlltoAllv ----
+      {"AlltoAllvNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(b.send.data(), a.counts.data(), a.displs.data(), b.recv.data(),
+                              a.counts.data(), a.displs.data(), i32, nullptr, nullptr);
+       }},
+      {"AlltoAllvDatatypeUnknown", loomInvalidArgument, kType, true,
+       [badt](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(b.send.data(), a.counts.data(), a.displs.data(), b.recv.data(),
+                              a.counts.data(), a.displs.data(), badt, c.comm, nullptr);
+       }},
+      {"AlltoAllvNullSendbuff", loomInvalidArgument, kSendNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(nullptr, a.counts.data(), a.displs.data(), b.recv.data(),
+                              a.counts.data(), a.displs.data(), i32, c.comm, nullptr);
+       }},
+      {"AlltoAllvNullRecvbuff", loomInvalidArgument, kRecvNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(b.send.data(), a.counts.data(), a.displs.data(), nullptr,
+                              a.counts.data(), a.displs.data(), i32, c.comm, nullptr);
+       }},
+      {"AlltoAllvNullSendcounts", loomInvalidArgument, kArrayNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(b.send.data(), nullptr, a.displs.data(), b.recv.data(),
+                              a.counts.data(), a.displs.data(), i32, c.comm, nullptr);
+       }},
+      {"AlltoAllvNullSdispls", loomInvalidArgument, kArrayNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(b.send.data(), a.counts.data(), nullptr, b.recv.data(),
+                              a.counts.data(), a.displs.data(), i32, c.comm, nullptr);
+       }},
+      {"AlltoAllvNullRecvcounts", loomInvalidArgument, kArrayNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(b.send.data(), a.counts.data(), a.displs.data(), b.recv.data(),
+                              nullptr, a.displs.data(), i32, c.comm, nullptr);
+       }},
+      {"AlltoAllvNullRdispls", loomInvalidArgument, kArrayNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(b.send.data(), a.counts.data(), a.displs.data(), b.recv.data(),
+                              a.counts.data(), nullptr, i32, c.comm, nullptr);
+       }},
+      {"AlltoAllvOverlap", loomInvalidArgument, kOverlap, true,
+       [i32](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, block_count(c));
+         return loomAlltoAllv(b.recv.data() + 1, a.counts.data(), a.displs.data(), b.recv.data(),
+                              a.counts.data(), a.displs.data(), i32, c.comm, nullptr);
+       }},
+      // ---- loomGather: recvbuff is the root's only; in place is sendbuff == recvbuff + root * count ----
+      {"GatherNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomGather(b.send.data(), b.recv.data(), block_count(c), i32, 0, nullptr, nullptr);
+       }},
+      {"GatherRootNegative", loomInvalidArgument, kRootNeg, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomGather(b.send.data(), b.recv.data(), block_count(c), i32, -1, c.comm, nullptr);
+       }},
+      {"GatherRootNranks", loomInvalidArgument, kRootN, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomGather(b.send.data(), b.recv.data(), block_count(c), i32, c.nranks, c.comm,
+                           nullptr);
+       }},
+      {"GatherDatatypeUnknown", loomInvalidArgument, kType, true,
+       [badt](const Ctx& c, Bufs& b) {
+         return loomGather(b.send.data(), b.recv.data(), block_count(c), badt, 0, c.comm, nullptr);
+       }},
+      {"GatherNullSendbuffOnNonRoot", loomInvalidArgument, kSendNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomGather(nullptr, b.recv.data(), block_count(c), i32, other_rank(c), c.comm,
+                           nullptr);
+       }},
+      {"GatherNullRecvbuffOnRoot", loomInvalidArgument, kRecvNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomGather(b.send.data(), nullptr, block_count(c), i32, c.rank, c.comm, nullptr);
+       }},
+      {"GatherOverlapNotInPlaceOnRoot", loomInvalidArgument, kOverlap, true,
+       [i32](const Ctx& c, Bufs& b) {
+         size_t cnt = block_count(c);
+         return loomGather(b.recv.data() + (size_t)c.rank * cnt + 1, b.recv.data(), cnt, i32,
+                           c.rank, c.comm, nullptr);
+       }},
+      // ---- loomScatter: sendbuff is the root's only; in place is recvbuff == sendbuff + root * count ----
+      {"ScatterNullComm", loomInvalidArgument, kNullComm, false,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomScatter(b.send.data(), b.recv.data(), block_count(c), i32, 0, nullptr, nullptr);
+       }},
+      {"ScatterRootNegative", loomInvalidArgument, kRootNeg, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomScatter(b.send.data(), b.recv.data(), block_count(c), i32, -1, c.comm, nullptr);
+       }},
+      {"ScatterRootNranks", loomInvalidArgument, kRootN, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomScatter(b.send.data(), b.recv.data(), block_count(c), i32, c.nranks, c.comm,
+                            nullptr);
+       }},
+      {"ScatterDatatypeUnknown", loomInvalidArgument, kType, true,
+       [badt](const Ctx& c, Bufs& b) {
+         return loomScatter(b.send.data(), b.recv.data(), block_count(c), badt, 0, c.comm, nullptr);
+       }},
+      {"ScatterNullSendbuffOnRoot", loomInvalidArgument, kSendNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomScatter(nullptr, b.recv.data(), block_count(c), i32, c.rank, c.comm, nullptr);
+       }},
+      {"ScatterNullRecvbuffOnNonRoot", loomInvalidArgument, kRecvNull, true,
+       [i32](const Ctx& c, Bufs& b) {
+         return loomScatter(b.send.data(), nullptr, block_count(c), i32, other_rank(c), c.comm,
+                            nullptr);
+       }},
+      {"ScatterOverlapNotInPlaceOnRoot", loomInvalidArgument, kOverlap, true,
+       [i32](const Ctx& c, Bufs& b) {
+         size_t cnt = block_count(c);
+         return loomScatter(b.send.data(), b.send.data() + (size_t)c.rank * cnt + 1, cnt, i32,
+                            c.rank, c.comm, nullptr);
+       }},
+  };
+  return v;
+}
 
 std::vector<Case> collective_cases() {
   const loomDataType_t i32 = loomInt32;
@@ -474,6 +777,8 @@ std::vector<Case> collective_cases() {
        true,
        [](const Ctx& c, Bufs&) { return loomCommGetAsyncError(c.comm, nullptr); }},
   };
+  std::vector<Case> more = other_collective_cases();
+  v.insert(v.end(), more.begin(), more.end());
   return v;
 }
 
@@ -710,18 +1015,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, BadInit,
 
 // Every rank calls each function that is not available yet: each returns
 // loomInvalidUsage at once, saying so, and touches nothing; then the
-// communicator works as before.
+// communicator works as before. (The collectives all are available now:
+// test_collectives*.cc.)
 void not_available_body(const Ctx& c) {
   const int n = c.nranks;
   const size_t cnt = 8;
-  std::vector<int32_t> send(cnt * n, 7), recv(cnt * n, 0x5A5A5A5A);
-  const std::vector<int32_t> send0 = send, recv0 = recv;
-  std::vector<size_t> counts(n, cnt), displs(n);
-  for (int p = 0; p < n; p++) displs[p] = (size_t)p * cnt;
-  int32_t* s = send.data();
+  std::vector<int32_t> recv(cnt * n, 0x5A5A5A5A);
+  const std::vector<int32_t> recv0 = recv;
   int32_t* r = recv.data();
   loomComm_t cm = c.comm;
-  const loomDataType_t t = loomInt32;
   void* mem = reinterpret_cast<void*>(static_cast<uintptr_t>(0x5A5A5A5A));
   void* handle = mem;
   struct Call {
@@ -729,18 +1031,6 @@ void not_available_body(const Ctx& c) {
     std::function<loomResult_t()> call;
   };
   const Call calls[] = {
-      {"loomBroadcast", [&] { return loomBroadcast(s, r, cnt, t, 0, cm, nullptr); }},
-      {"loomReduce", [&] { return loomReduce(s, r, cnt, t, loomSum, 0, cm, nullptr); }},
-      {"loomAllGather", [&] { return loomAllGather(s, r, cnt, t, cm, nullptr); }},
-      {"loomReduceScatter", [&] { return loomReduceScatter(s, r, cnt, t, loomSum, cm, nullptr); }},
-      {"loomAlltoAll", [&] { return loomAlltoAll(s, r, cnt, t, cm, nullptr); }},
-      {"loomAlltoAllv",
-       [&] {
-         return loomAlltoAllv(s, counts.data(), displs.data(), r, counts.data(), displs.data(), t,
-                              cm, nullptr);
-       }},
-      {"loomGather", [&] { return loomGather(s, r, cnt, t, 0, cm, nullptr); }},
-      {"loomScatter", [&] { return loomScatter(s, r, cnt, t, 0, cm, nullptr); }},
       {"loomMemAlloc", [&] { return loomMemAlloc(&mem, 4096); }},
       {"loomMemFree", [&] { return loomMemFree(r); }},
       {"loomCommRegister",
@@ -757,8 +1047,7 @@ void not_available_body(const Ctx& c) {
     EXPECT_NE(text.find("not available"), std::string::npos) << call.fn << ": \"" << text << "\"";
     EXPECT_NE(text.find(lower(call.fn)), std::string::npos)
         << "the text does not name " << call.fn << ": \"" << text << "\"";
-    EXPECT_EQ(send, send0) << call.fn << " wrote into sendbuff";
-    EXPECT_EQ(recv, recv0) << call.fn << " wrote into recvbuff";
+    EXPECT_EQ(recv, recv0) << call.fn << " wrote into the buffer";
   }
   EXPECT_EQ(mem, reinterpret_cast<void*>(static_cast<uintptr_t>(0x5A5A5A5A)))
       << "loomMemAlloc wrote *ptr";
@@ -789,5 +1078,67 @@ std::string not_available_name(const ::testing::TestParamInfo<Setup>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, NotAvailable, ::testing::ValuesIn(kSetups), not_available_name);
+
+// ---- Root-only buffers and empty calls -----------------------------------------------
+
+// Not bad arguments: a non-root may pass NULL for a buffer only the root
+// uses (broadcast's sendbuff, reduce's recvbuff, gather's recvbuff,
+// scatter's sendbuff), and any call of count 0 may pass NULL everywhere.
+// Every rank makes these calls with each rank as root in turn; each returns
+// loomSuccess and the roots' results are right.
+void root_only_null_body(const Ctx& c) {
+  const int n = c.nranks;
+  const size_t cnt = 100;
+  const loomDataType_t t = loomInt32;
+  auto val = [](int rank, size_t i) { return (int32_t)(rank * 100000 + (int)i); };
+  for (int root = 0; root < n; root++) {
+    SCOPED_TRACE("root " + std::to_string(root));
+    const bool me = c.rank == root;
+    std::vector<int32_t> mine(cnt), all(cnt * n, -1), got(cnt, -1);
+    for (size_t i = 0; i < cnt; i++) mine[i] = val(c.rank, i);
+    std::vector<int32_t> scat(cnt * n);
+    for (size_t i = 0; i < scat.size(); i++) scat[i] = val(c.rank, i) ^ 0x55;
+    EXPECT_LOOM_OK(loomBroadcast(me ? mine.data() : nullptr, got.data(), cnt, t, root, c.comm, nullptr));
+    for (size_t i = 0; i < cnt; i++) ASSERT_EQ(got[i], val(root, i)) << "broadcast, element " << i;
+    EXPECT_LOOM_OK(loomReduce(mine.data(), me ? got.data() : nullptr, cnt, t, loomSum, root, c.comm, nullptr));
+    if (me) {
+      for (size_t i = 0; i < cnt; i++)
+        ASSERT_EQ(got[i], (int32_t)(100000 * n * (n - 1) / 2 + n * (int)i)) << "reduce, element " << i;
+    }
+    EXPECT_LOOM_OK(loomGather(mine.data(), me ? all.data() : nullptr, cnt, t, root, c.comm, nullptr));
+    if (me) {
+      for (size_t i = 0; i < all.size(); i++)
+        ASSERT_EQ(all[i], val((int)(i / cnt), i % cnt)) << "gather, element " << i;
+    }
+    EXPECT_LOOM_OK(loomScatter(me ? scat.data() : nullptr, got.data(), cnt, t, root, c.comm, nullptr));
+    for (size_t i = 0; i < cnt; i++)
+      ASSERT_EQ(got[i], val(root, (size_t)c.rank * cnt + i) ^ 0x55) << "scatter, element " << i;
+  }
+  // Count 0 with every buffer NULL: a no-op on every collective.
+  const std::vector<size_t> zeros((size_t)n, 0);
+  const size_t* z = zeros.data();
+  EXPECT_LOOM_OK(loomAllReduce(nullptr, nullptr, 0, t, loomSum, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomBroadcast(nullptr, nullptr, 0, t, n - 1, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomReduce(nullptr, nullptr, 0, t, loomMax, n - 1, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomAllGather(nullptr, nullptr, 0, t, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomReduceScatter(nullptr, nullptr, 0, t, loomSum, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomAlltoAll(nullptr, nullptr, 0, t, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomAlltoAllv(nullptr, z, z, nullptr, z, z, t, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomGather(nullptr, nullptr, 0, t, n - 1, c.comm, nullptr));
+  EXPECT_LOOM_OK(loomScatter(nullptr, nullptr, 0, t, n - 1, c.comm, nullptr));
+  Bufs b = make_bufs(c.rank);
+  good_phase(c, b);
+}
+
+class RootOnlyNull : public ::testing::TestWithParam<Setup> {};
+
+TEST_P(RootOnlyNull, IsValidOnNonRoots) {
+  harness::Opts o;
+  o.comm_timeout_ms = kCommTimeoutMs;
+  o.timeout_s = 120;
+  harness::run(GetParam().nranks, GetParam().mode, root_only_null_body, o);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, RootOnlyNull, ::testing::ValuesIn(kSetups), not_available_name);
 
 }  // namespace

@@ -9,6 +9,7 @@
 // one that crosses pipeline slices; thread ranks with the tuner's own
 // choice; 1, 3, 4 and 5 ranks. See test_collectives.h for how inputs and
 // results are made and checked.
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,9 @@ void cover_body(Runner& r, const Ctx& c, Coll coll) {
   r.run(make(coll, loomUint8, loomMax, 1, n - 1, Place::Out, 1));
   r.run(make(coll, loomInt32, loomSum, 0, n - 1, Place::Out));
   r.run(make(coll, loomInt32, loomSum, 0, n - 1, Place::OutNull));
+  // The matrix's biggest count, once.
+  r.run(make(coll, loomBfloat16, loomMin, capped_count(coll, n, loomBfloat16, kBigCount), n - 1,
+             places.back(), 0));
 }
 
 struct CoverCase {
@@ -68,10 +72,16 @@ std::vector<CoverCase> cover_cases() {
   for (int ci = 0; ci < kNumColls; ci++) {
     Coll coll = (Coll)ci;
     for (const std::string& algo : algos_of(coll))
-      for (int n : {3, 4, 5}) v.push_back({coll, algo, Mode::Proc, n});
-    for (int n : {1, 4}) v.push_back({coll, "", Mode::Thread, n});
+      for (int n : {1, 2, 3, 4, 5, 8}) v.push_back({coll, algo, Mode::Proc, n});
+    for (int n : {1, 3, 4}) v.push_back({coll, "", Mode::Thread, n});
   }
   return v;
+}
+
+// What ctest and gtest print for a case (its test name says the same).
+void PrintTo(const CoverCase& cc, std::ostream* os) {
+  *os << coll_name(cc.coll) << " " << (cc.algo.empty() ? "tuner" : cc.algo) << " "
+      << harness::mode_name(cc.mode) << cc.nranks;
 }
 
 class CoverMatrix : public ::testing::TestWithParam<CoverCase> {};
@@ -169,10 +179,43 @@ void group_body(const harness::Ctx& c, const std::string& label) {
   }
 }
 
+void stream_body(const harness::Ctx& c, const std::string& label) {
+  const int n = c.nranks;
+  Runner r(c, label);
+  shim::StreamGuard stream;
+  ASSERT_NE(stream.get(), nullptr) << "loomStreamCreate failed: " << loomGetLastError(nullptr);
+  r.set_stream(stream.get());
+  std::vector<Call> calls;
+  for (int ci = 0; ci < kNumColls; ci++) {
+    Coll coll = (Coll)ci;
+    int i = 0;
+    for (Place pl : places_of(coll))
+      for (size_t count : {(size_t)1000, kSliceCrossingCount}) {
+        loomDataType_t t = kAllTypes[(size_t)(ci * 5 + i) % kNumTypes];
+        calls.push_back(make(coll, t, (ci + i) % kNumOps, count, (ci + i) % n, pl, i % kNumVariants));
+        i++;
+      }
+  }
+  std::vector<PreparedPtr> prepared;
+  for (const Call& k : calls) prepared.push_back(r.prepare(k));
+  for (size_t i = 0; i < calls.size(); i++) {
+    EXPECT_EQ(r.issue(*prepared[i]), loomSuccess) << r.describe(calls[i]) << ": "
+                                                  << loomGetLastError(c.comm);
+    r.clobber_arguments(*prepared[i]);
+  }
+  ASSERT_LOOM_OK(loomStreamSynchronize(stream.get()));
+  EXPECT_EQ(loomStreamQuery(stream.get()), loomSuccess);
+  for (auto& pp : prepared) r.verify(*pp);
+}
+
 const char* const kGroupAlgosA =
     "allreduce:tree;broadcast:ring;reduce:tree;allgather:rhd;reducescatter:rhd;alltoall:bruck";
 const char* const kGroupAlgosB =
     "allreduce:rhd;broadcast:tree;reduce:ring;allgather:ring;reducescatter:ring;alltoall:pairwise";
+
+void PrintTo(const GroupCase& g, std::ostream* os) {
+  *os << harness::mode_name(g.mode) << g.nranks << " " << (g.algo.empty() ? "tuner" : g.algo);
+}
 
 std::string group_name(const ::testing::TestParamInfo<GroupCase>& info) {
   const GroupCase& g = info.param;
@@ -193,6 +236,21 @@ TEST_P(CoverGroup, EveryCollectiveAndSendRecvInOneGroup) {
       g.nranks, g.mode, [&](Ctx& c) { group_body(c, g.algo.empty() ? "tuner" : g.algo); },
       opts_for(g.algo, kCoverTimeoutS));
 }
+
+class CoverStream : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(CoverStream, EveryCollectiveQueuedOnAHostStream) {
+  const GroupCase g = GetParam();
+  harness::run(
+      g.nranks, g.mode, [&](Ctx& c) { stream_body(c, g.algo.empty() ? "tuner" : g.algo); },
+      opts_for(g.algo, kCoverTimeoutS));
+}
+
+INSTANTIATE_TEST_SUITE_P(CollCover, CoverStream,
+                         ::testing::Values(GroupCase{Mode::Proc, 4, kGroupAlgosA},
+                                           GroupCase{Mode::Proc, 3, kGroupAlgosB},
+                                           GroupCase{Mode::Thread, 5, ""}),
+                         group_name);
 
 INSTANTIATE_TEST_SUITE_P(CollCover, CoverGroup,
                          ::testing::Values(GroupCase{Mode::Proc, 3, kGroupAlgosA},

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -134,10 +135,16 @@ class Runner {
   bool run(const Call& call);
   bool ok() const { return ok_; }
 
-  // For group tests: set up a call's buffers, make the call (only), check.
+  // For group and stream tests: set up a call's buffers, make the call
+  // (only), check. After issue, the call's own argument arrays (all-to-all-v
+  // counts and displacements) may be overwritten by clobber_arguments: the
+  // library must have taken what it needs.
   PreparedPtr prepare(const Call& call);
   loomResult_t issue(Prepared& p);
+  void clobber_arguments(Prepared& p);
   bool verify(Prepared& p);
+  // The stream calls go on (NULL, the default: each call returns when done).
+  void set_stream(loomStream_t s) { stream_ = s; }
   std::string describe(const Call& call) const;
 
  private:
@@ -146,6 +153,7 @@ class Runner {
 
   const harness::Ctx& ctx_;
   std::string algo_;
+  loomStream_t stream_ = nullptr;
   bool ok_ = true;
   int failed_calls_ = 0;
   loomRedOp_t premul_[kNumTypes];
@@ -168,7 +176,13 @@ Call make(Coll coll, loomDataType_t t, int op, size_t count, int root, Place pl,
 // first left it. label: what chose the algorithms, for messages.
 void group_body(const harness::Ctx& c, const std::string& label);
 
-// Group tests: ranks, and LOOM_ALGO ("" for the tuner's choice).
+// Every collective in every placement, two counts each, queued on one host
+// stream (loomStreamCreate) without waiting; the all-to-all-v argument
+// arrays overwritten as soon as each call returns; then one
+// loomStreamSynchronize, and every result checked.
+void stream_body(const harness::Ctx& c, const std::string& label);
+
+// Group and stream tests: ranks, and LOOM_ALGO ("" for the tuner's choice).
 struct GroupCase {
   harness::Mode mode;
   int nranks;
@@ -179,6 +193,7 @@ struct GroupCase {
 extern const char* const kGroupAlgosA;
 extern const char* const kGroupAlgosB;
 std::string group_name(const ::testing::TestParamInfo<GroupCase>& info);
+void PrintTo(const GroupCase& g, std::ostream* os);
 
 }  // namespace colltest
 

@@ -109,7 +109,7 @@ harness::Opts opts_for(const std::string& algo, int timeout_s) {
 namespace {
 
 constexpr size_t kTile = 1009;  // prime: no algorithm's piece size is a multiple
-constexpr size_t kGuard = 64;   // bytes checked past the end of every buffer
+constexpr size_t kGuard = 64;   // bytes checked before and past every buffer
 constexpr unsigned char kGuardByte = 0xA5;
 constexpr int kMaxReported = 6;
 
@@ -147,7 +147,8 @@ struct Block {
 struct Buf {
   std::string name;
   size_t elems = 0;
-  std::unique_ptr<unsigned char[]> mem;
+  std::unique_ptr<unsigned char[]> raw;  // guard, data, guard
+  unsigned char* mem = nullptr;          // the data: kGuard + 0, 1 or 2 elements into raw
   std::vector<Block> pre;   // what the test writes before the call
   std::vector<Block> post;  // what the call must leave (elsewhere: as pre)
 };
@@ -208,7 +209,7 @@ class Prepared {
   // Empty when right, else what is wrong.
   std::string check(const Buf& b);
   void* ptr(int buf, size_t off) {
-    return buf < 0 ? nullptr : bufs[(size_t)buf].mem.get() + off * es;
+    return buf < 0 ? nullptr : bufs[(size_t)buf].mem + off * es;
   }
 
  private:
@@ -246,14 +247,15 @@ void Prepared::write(Buf& b) {
   int filler = filler_tag((int)(&b - bufs.data()), me);
   for (const Block& r : flatten(b.elems, filler, {&b.pre})) {
     const unsigned char* t = tile(r.kind, r.arg);
-    unsigned char* dst = b.mem.get() + r.off * es;
+    unsigned char* dst = b.mem + r.off * es;
     for (size_t i = 0; i < r.len;) {
       size_t k = (r.g0 + i) % kTile, m = std::min(kTile - k, r.len - i);
       memcpy(dst + i * es, t + k * es, m * es);
       i += m;
     }
   }
-  memset(b.mem.get() + b.elems * es, kGuardByte, kGuard);
+  memset(b.mem - kGuard, kGuardByte, kGuard);
+  memset(b.mem + b.elems * es, kGuardByte, kGuard);
 }
 
 std::string Prepared::check(const Buf& b) {
@@ -262,7 +264,7 @@ std::string Prepared::check(const Buf& b) {
   for (const Block& r : flatten(b.elems, filler, {&b.pre, &b.post})) {
     if (r.kind == Kind::Any) continue;
     const unsigned char* t = tile(r.kind, r.arg);
-    const unsigned char* got = b.mem.get() + r.off * es;
+    const unsigned char* got = b.mem + r.off * es;
     size_t wrong = 0, first = 0;
     for (size_t i = 0; i < r.len;) {
       size_t k = (r.g0 + i) % kTile, m = std::min(kTile - k, r.len - i);
@@ -281,11 +283,16 @@ std::string Prepared::check(const Buf& b) {
         << r.off + r.len << ") (" << what << "); the first at element " << r.off + first
         << ": got " << hex(got + first * es, es) << ", want " << hex(t + k * es, es) << ". ";
   }
-  const unsigned char* g = b.mem.get() + b.elems * es;
+  const unsigned char* g = b.mem + b.elems * es;
   for (size_t i = 0; i < kGuard; i++)
     if (g[i] != kGuardByte) {
       why << b.name << ": written past its end (" << b.elems << " elements), at byte " << i
           << " beyond it. ";
+      break;
+    }
+  for (size_t i = 1; i <= kGuard; i++)
+    if (b.mem[-(ptrdiff_t)i] != kGuardByte) {
+      why << b.name << ": written before its start, " << i << " bytes before it. ";
       break;
     }
   return why.str();
@@ -353,7 +360,11 @@ PreparedPtr Runner::prepare(const Call& k) {
     Buf b;
     b.name = name;
     b.elems = elems;
-    b.mem.reset(new unsigned char[elems * P.es + kGuard]);
+    // Buffers start 0, 1 or 2 elements past an allocation's (16-byte)
+    // alignment, so kernels meet every alignment an element allows.
+    size_t skew = (size_t)(me + (int)P.bufs.size() + (int)k.count) % 3 * P.es;
+    b.raw.reset(new unsigned char[kGuard + skew + elems * P.es + kGuard]);
+    b.mem = b.raw.get() + kGuard + skew;
     P.bufs.push_back(std::move(b));
     return (int)P.bufs.size() - 1;
   };
@@ -477,21 +488,27 @@ loomResult_t Runner::issue(Prepared& P) {
   const void* s = P.ptr(P.send_buf, P.send_off);
   void* r = P.ptr(P.recv_buf, P.recv_off);
   loomComm_t cm = ctx_.comm;
+  loomStream_t st = stream_;
   switch (k.coll) {
-    case Coll::AllReduce: return loomAllReduce(s, r, k.count, k.type, P.op_user, cm, nullptr);
-    case Coll::Broadcast: return loomBroadcast(s, r, k.count, k.type, k.root, cm, nullptr);
-    case Coll::Reduce: return loomReduce(s, r, k.count, k.type, P.op_user, k.root, cm, nullptr);
-    case Coll::AllGather: return loomAllGather(s, r, k.count, k.type, cm, nullptr);
+    case Coll::AllReduce: return loomAllReduce(s, r, k.count, k.type, P.op_user, cm, st);
+    case Coll::Broadcast: return loomBroadcast(s, r, k.count, k.type, k.root, cm, st);
+    case Coll::Reduce: return loomReduce(s, r, k.count, k.type, P.op_user, k.root, cm, st);
+    case Coll::AllGather: return loomAllGather(s, r, k.count, k.type, cm, st);
     case Coll::ReduceScatter:
-      return loomReduceScatter(s, r, k.count, k.type, P.op_user, cm, nullptr);
-    case Coll::AlltoAll: return loomAlltoAll(s, r, k.count, k.type, cm, nullptr);
+      return loomReduceScatter(s, r, k.count, k.type, P.op_user, cm, st);
+    case Coll::AlltoAll: return loomAlltoAll(s, r, k.count, k.type, cm, st);
     case Coll::AlltoAllv:
       return loomAlltoAllv(s, P.sendcounts.data(), P.sdispls.data(), r, P.recvcounts.data(),
-                           P.rdispls.data(), k.type, cm, nullptr);
-    case Coll::Gather: return loomGather(s, r, k.count, k.type, k.root, cm, nullptr);
-    case Coll::Scatter: return loomScatter(s, r, k.count, k.type, k.root, cm, nullptr);
+                           P.rdispls.data(), k.type, cm, st);
+    case Coll::Gather: return loomGather(s, r, k.count, k.type, k.root, cm, st);
+    case Coll::Scatter: return loomScatter(s, r, k.count, k.type, k.root, cm, st);
   }
   return loomInternalError;
+}
+
+void Runner::clobber_arguments(Prepared& P) {
+  for (auto* v : {&P.sendcounts, &P.sdispls, &P.recvcounts, &P.rdispls})
+    for (size_t& x : *v) x = (size_t)0x5A5A5A5A5A5A5A5Aull;
 }
 
 bool Runner::verify(Prepared& P) {

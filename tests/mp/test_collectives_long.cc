@@ -7,6 +7,7 @@
 // all-to-all-v matrix shape; plus the group test over the same rank counts.
 // One test per collective, algorithm, ranks and datatype, so each stays well
 // inside a per-test timeout; the covering subset is test_collectives.cc.
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ std::vector<LongCase> long_cases(Mode mode) {
         for (loomDataType_t t : kAllTypes) v.push_back({coll, algo, mode, n, t});
   }
   return v;
+}
+
+void PrintTo(const LongCase& lc, std::ostream* os) {
+  *os << coll_name(lc.coll) << " " << (lc.algo.empty() ? "tuner" : lc.algo) << " "
+      << harness::mode_name(lc.mode) << lc.nranks << " " << shim::dtype_name(lc.type);
 }
 
 class LongMatrix : public ::testing::TestWithParam<LongCase> {};
@@ -90,6 +96,17 @@ std::vector<GroupCase> long_group_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(CollLong, LongGroup, ::testing::ValuesIn(long_group_cases()), group_name);
+
+class LongStream : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(LongStream, EveryCollectiveQueuedOnAHostStream) {
+  const GroupCase g = GetParam();
+  harness::run(
+      g.nranks, g.mode, [&](Ctx& c) { stream_body(c, g.algo.empty() ? "tuner" : g.algo); },
+      opts_for(g.algo, kLongTimeoutS));
+}
+
+INSTANTIATE_TEST_SUITE_P(CollLong, LongStream, ::testing::ValuesIn(long_group_cases()), group_name);
 
 }  // namespace
 }  // namespace colltest
