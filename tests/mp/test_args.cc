@@ -82,7 +82,9 @@ struct Bufs {
   std::vector<int32_t> send, recv;
   loomRedOp_t op_out = (loomRedOp_t)0x5A5A5A5A;
   int int_out = 0x5A5A5A5A;
-  loomResult_t res_out = (loomResult_t)0x5A5A5A5A;
+  // A sentinel inside the enum's range (UBSan checks loads of enum values),
+  // yet no result code.
+  loomResult_t res_out = (loomResult_t)13;
   loomComm_t comm_out = reinterpret_cast<loomComm_t>(static_cast<uintptr_t>(0x5A5A5A5A));
   loomComm_t comms_out[4] = {comm_out, comm_out, comm_out, comm_out};
 };
