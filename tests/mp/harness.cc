@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <arpa/inet.h>
@@ -133,7 +134,11 @@ void run_procs(int nranks, const std::function<void(Ctx&)>& body, const Opts& op
       setenv("LOOM_ROOT", root.c_str(), 1);
       setenv("LOOM_SECRET", secret.c_str(), 1);
       for (const auto& kv : opts.env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-      execl("/proc/self/exe", "loom_mp_tests", filter.c_str(), "--gtest_brief=1", (char*)nullptr);
+      // The path this binary was started by, not /proc/self/exe: under
+      // valgrind that names the tool, not the test.
+      const char* self =
+          strchr(program_invocation_name, '/') ? program_invocation_name : "/proc/self/exe";
+      execl(self, "loom_mp_tests", filter.c_str(), "--gtest_brief=1", (char*)nullptr);
       _exit(127);
     }
     pids.push_back(pid);
