@@ -55,22 +55,24 @@ void comm_set_failed(struct loomComm* comm, int peer, loomResult_t code, const c
   va_end(ap);
   /* The code and its text change together under err_lock, so a reader never
    * sees a failure without its cause. */
+  /* Texts from err_set already name the rank. */
+  char full[LOOM_ERR_LEN];
+  if (strncmp(text, "rank ", 5) == 0)
+    snprintf(full, sizeof(full), "%s", text);
+  else
+    snprintf(full, sizeof(full), "rank %d: %s", comm->rank, text);
   pthread_mutex_lock(&comm->err_lock);
   int now = atomic_load(&comm->async_error);
   int first = now == loomSuccess || now == loomInProgress;
   if (first) {
     if (peer >= 0) atomic_store(&comm->failed_peer, peer);
-    /* Texts from err_set already name the rank. */
-    if (strncmp(text, "rank ", 5) == 0)
-      snprintf(comm->last_error, sizeof(comm->last_error), "%s", text);
-    else
-      snprintf(comm->last_error, sizeof(comm->last_error), "rank %d: %s", comm->rank, text);
+    memcpy(comm->last_error, full, sizeof(full));
     atomic_store(&comm->async_error, (int)code);
   }
   pthread_mutex_unlock(&comm->err_lock);
-  if (first) {
-    LOOM_WARN(SUB_ALL, "%s", comm->last_error);
-    err_copy_to_thread(comm->last_error);
+  if (first) { /* from the local copy: last_error may change under its lock */
+    LOOM_WARN(SUB_ALL, "%s", full);
+    err_copy_to_thread(full);
   }
   comm_wake(comm);
 }
