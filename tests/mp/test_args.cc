@@ -190,8 +190,12 @@ const Words kNullComm = {{"communicator", "comm"}, {"null"}};
 
 // Elements per block for the collectives whose buffers hold nranks blocks,
 // so that every pointer below stays inside Bufs' buffers.
-size_t block_count(const Ctx& c) { return kCount / (size_t)c.nranks - 1; }
-int other_rank(const Ctx& c) { return (c.rank + 1) % c.nranks; }
+size_t block_count(const Ctx& c) {
+  return kCount / (size_t)c.nranks - 1;
+}
+int other_rank(const Ctx& c) {
+  return (c.rank + 1) % c.nranks;
+}
 
 // Counts and displacements of an all-to-all-v of cnt elements per peer.
 struct VArgs {
@@ -264,7 +268,10 @@ std::vector<Case> other_collective_cases() {
        [badt](const Ctx& c, Bufs& b) {
          return loomReduce(b.send.data(), b.recv.data(), kCount, badt, loomSum, 0, c.comm, nullptr);
        }},
-      {"ReduceOpNumOps", loomInvalidArgument, {{"op"}, {"5"}}, true,
+      {"ReduceOpNumOps",
+       loomInvalidArgument,
+       {{"op"}, {"5"}},
+       true,
        [i32](const Ctx& c, Bufs& b) {
          return loomReduce(b.send.data(), b.recv.data(), kCount, i32, loomNumOps, 0, c.comm,
                            nullptr);
@@ -283,7 +290,7 @@ std::vector<Case> other_collective_cases() {
          return loomReduce(b.send.data() + 1, b.send.data(), kCount - 1, i32, loomSum, c.rank,
                            c.comm, nullptr);
        }},
-      // ---- loomAllGather: in place is sendbuff == recvbuff + rank * count ----
+      // ---- loomAllGather (in place: sendbuff == recvbuff + rank * count) ----
       {"AllGatherNullComm", loomInvalidArgument, kNullComm, false,
        [i32](const Ctx& c, Bufs& b) {
          return loomAllGather(b.send.data(), b.recv.data(), block_count(c), i32, nullptr, nullptr);
@@ -306,7 +313,7 @@ std::vector<Case> other_collective_cases() {
          return loomAllGather(b.recv.data() + (size_t)c.rank * cnt + 1, b.recv.data(), cnt, i32,
                               c.comm, nullptr);
        }},
-      // ---- loomReduceScatter: in place is recvbuff == sendbuff + rank * count ----
+      // ---- loomReduceScatter (in place: recvbuff == sendbuff + rank * count) ----
       {"ReduceScatterNullComm", loomInvalidArgument, kNullComm, false,
        [i32](const Ctx& c, Bufs& b) {
          return loomReduceScatter(b.send.data(), b.recv.data(), block_count(c), i32, loomSum,
@@ -317,7 +324,10 @@ std::vector<Case> other_collective_cases() {
          return loomReduceScatter(b.send.data(), b.recv.data(), block_count(c), badt, loomSum,
                                   c.comm, nullptr);
        }},
-      {"ReduceScatterOpNegative", loomInvalidArgument, {{"op"}, {"-1"}}, true,
+      {"ReduceScatterOpNegative",
+       loomInvalidArgument,
+       {{"op"}, {"-1"}},
+       true,
        [i32](const Ctx& c, Bufs& b) {
          return loomReduceScatter(b.send.data(), b.recv.data(), block_count(c), i32,
                                   (loomRedOp_t)-1, c.comm, nullptr);
@@ -335,10 +345,10 @@ std::vector<Case> other_collective_cases() {
       {"ReduceScatterOverlapNotInPlace", loomInvalidArgument, kOverlap, true,
        [i32](const Ctx& c, Bufs& b) {
          size_t cnt = block_count(c);
-         return loomReduceScatter(b.send.data(), b.send.data() + (size_t)c.rank * cnt + 1, cnt,
-                                  i32, loomSum, c.comm, nullptr);
+         return loomReduceScatter(b.send.data(), b.send.data() + (size_t)c.rank * cnt + 1, cnt, i32,
+                                  loomSum, c.comm, nullptr);
        }},
-      // ---- loomAlltoAll: in place is sendbuff == recvbuff ----
+      // ---- loomAlltoAll (in place: sendbuff == recvbuff) ----
       {"AlltoAllNullComm", loomInvalidArgument, kNullComm, false,
        [i32](const Ctx& c, Bufs& b) {
          return loomAlltoAll(b.send.data(), b.recv.data(), block_count(c), i32, nullptr, nullptr);
@@ -415,7 +425,7 @@ std::vector<Case> other_collective_cases() {
          return loomAlltoAllv(b.recv.data() + 1, a.counts.data(), a.displs.data(), b.recv.data(),
                               a.counts.data(), a.displs.data(), i32, c.comm, nullptr);
        }},
-      // ---- loomGather: recvbuff is the root's only; in place is sendbuff == recvbuff + root * count ----
+      // ---- loomGather (recvbuff: the root's only) ----
       {"GatherNullComm", loomInvalidArgument, kNullComm, false,
        [i32](const Ctx& c, Bufs& b) {
          return loomGather(b.send.data(), b.recv.data(), block_count(c), i32, 0, nullptr, nullptr);
@@ -448,7 +458,7 @@ std::vector<Case> other_collective_cases() {
          return loomGather(b.recv.data() + (size_t)c.rank * cnt + 1, b.recv.data(), cnt, i32,
                            c.rank, c.comm, nullptr);
        }},
-      // ---- loomScatter: sendbuff is the root's only; in place is recvbuff == sendbuff + root * count ----
+      // ---- loomScatter (sendbuff: the root's only) ----
       {"ScatterNullComm", loomInvalidArgument, kNullComm, false,
        [i32](const Ctx& c, Bufs& b) {
          return loomScatter(b.send.data(), b.recv.data(), block_count(c), i32, 0, nullptr, nullptr);
@@ -1100,19 +1110,24 @@ void root_only_null_body(const Ctx& c) {
     for (size_t i = 0; i < cnt; i++) mine[i] = val(c.rank, i);
     std::vector<int32_t> scat(cnt * n);
     for (size_t i = 0; i < scat.size(); i++) scat[i] = val(c.rank, i) ^ 0x55;
-    EXPECT_LOOM_OK(loomBroadcast(me ? mine.data() : nullptr, got.data(), cnt, t, root, c.comm, nullptr));
+    EXPECT_LOOM_OK(
+        loomBroadcast(me ? mine.data() : nullptr, got.data(), cnt, t, root, c.comm, nullptr));
     for (size_t i = 0; i < cnt; i++) ASSERT_EQ(got[i], val(root, i)) << "broadcast, element " << i;
-    EXPECT_LOOM_OK(loomReduce(mine.data(), me ? got.data() : nullptr, cnt, t, loomSum, root, c.comm, nullptr));
+    EXPECT_LOOM_OK(
+        loomReduce(mine.data(), me ? got.data() : nullptr, cnt, t, loomSum, root, c.comm, nullptr));
     if (me) {
       for (size_t i = 0; i < cnt; i++)
-        ASSERT_EQ(got[i], (int32_t)(100000 * n * (n - 1) / 2 + n * (int)i)) << "reduce, element " << i;
+        ASSERT_EQ(got[i], (int32_t)(100000 * n * (n - 1) / 2 + n * (int)i))
+            << "reduce, element " << i;
     }
-    EXPECT_LOOM_OK(loomGather(mine.data(), me ? all.data() : nullptr, cnt, t, root, c.comm, nullptr));
+    EXPECT_LOOM_OK(
+        loomGather(mine.data(), me ? all.data() : nullptr, cnt, t, root, c.comm, nullptr));
     if (me) {
       for (size_t i = 0; i < all.size(); i++)
         ASSERT_EQ(all[i], val((int)(i / cnt), i % cnt)) << "gather, element " << i;
     }
-    EXPECT_LOOM_OK(loomScatter(me ? scat.data() : nullptr, got.data(), cnt, t, root, c.comm, nullptr));
+    EXPECT_LOOM_OK(
+        loomScatter(me ? scat.data() : nullptr, got.data(), cnt, t, root, c.comm, nullptr));
     for (size_t i = 0; i < cnt; i++)
       ASSERT_EQ(got[i], val(root, (size_t)c.rank * cnt + i) ^ 0x55) << "scatter, element " << i;
   }

@@ -1,19 +1,22 @@
-// test_collectives.cc - the covering subset of the collective matrix, for CI
-// (suites CollCover*; the full product is test_collectives_long.cc, suites
-// CollLong*), and the group tests.
+// test_collectives.cc - the covering subset of the collective matrix, run
+// in CI (suites CollCover/*; the full product is test_collectives_long.cc,
+// suites CollLong/*), and the group, stream and PreMulSum tests.
 //
-// Every collective x every algorithm that serves it (forced by LOOM_ALGO on
-// process ranks) x every datatype, each op of the reducing collectives in
-// place and out of place, every placement (root-only buffers NULL on
-// non-roots among them), zero and non-zero roots, counts 0, 1, 7, 1000 and
-// one that crosses pipeline slices; thread ranks with the tuner's own
-// choice; 1, 3, 4 and 5 ranks. See test_collectives.h for how inputs and
-// results are made and checked.
+// CoverMatrix: every collective x every algorithm that serves it (forced by
+// LOOM_ALGO) on 1, 2, 3, 4, 5 and 8 process ranks, and the tuner's own
+// choice on 1, 3 and 4 thread ranks; in each, every datatype (counts 7 and
+// 1000, rotating ops, roots and placements), every op in every placement,
+// a count that crosses pipeline slices, counts 1 and 0 (real and NULL
+// buffers) and the matrix's biggest count once. CoverPipeline: the same
+// through small slices and FIFOs. CoverGroup: every collective and sends and
+// receives in one group. CoverStream: every collective queued on a host
+// stream. CoverPreMulSum: a device-resident scalar read at run time.
+// See test_collectives.h for how inputs and results are made and checked.
+#include "test_collectives.h"
+
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include "test_collectives.h"
 
 namespace colltest {
 
@@ -100,11 +103,73 @@ TEST_P(CoverMatrix, EveryTypeOpPlacement) {
 
 std::string cover_name(const ::testing::TestParamInfo<CoverCase>& info) {
   const CoverCase& cc = info.param;
-  return std::string(coll_name(cc.coll)) + "_" + (cc.algo.empty() ? "tuner" : cc.algo) + "_" +
-         harness::mode_name(cc.mode) + std::to_string(cc.nranks);
+  return std::string(harness::mode_name(cc.mode)) + std::to_string(cc.nranks) + "_" +
+         coll_name(cc.coll) + "_" + (cc.algo.empty() ? "tuner" : cc.algo);
 }
 
 INSTANTIATE_TEST_SUITE_P(CollCover, CoverMatrix, ::testing::ValuesIn(cover_cases()), cover_name);
+
+// A device-resident PreMulSum scalar (loomScalarDevice) is read when the
+// operation runs, by every reducing collective and algorithm.
+void premul_device_body(const Ctx& c) {
+  const int n = c.nranks;
+  const size_t cnt = 1000;
+  const float want = 3.0f * (float)(n * (n + 1) / 2);
+  float scalar = 5.0f;
+  loomRedOp_t pm;
+  ASSERT_LOOM_OK(loomRedOpCreatePreMulSum(&pm, &scalar, loomFloat32, loomScalarDevice, c.comm));
+  scalar = 3.0f;  // changed after creation: the value when each call runs counts
+  std::vector<float> v(cnt * n, (float)(c.rank + 1)), out(cnt, -1.0f);
+  EXPECT_LOOM_OK(loomAllReduce(v.data(), out.data(), cnt, loomFloat32, pm, c.comm, nullptr));
+  for (size_t i = 0; i < cnt; i++) ASSERT_EQ(out[i], want) << "all-reduce, element " << i;
+  out.assign(cnt, -1.0f);
+  EXPECT_LOOM_OK(loomReduce(v.data(), out.data(), cnt, loomFloat32, pm, n - 1, c.comm, nullptr));
+  if (c.rank == n - 1) {
+    for (size_t i = 0; i < cnt; i++) ASSERT_EQ(out[i], want) << "reduce, element " << i;
+  }
+  out.assign(cnt, -1.0f);
+  EXPECT_LOOM_OK(loomReduceScatter(v.data(), out.data(), cnt, loomFloat32, pm, c.comm, nullptr));
+  for (size_t i = 0; i < cnt; i++) ASSERT_EQ(out[i], want) << "reduce-scatter, element " << i;
+  EXPECT_LOOM_OK(loomRedOpDestroy(pm, c.comm));
+}
+
+class CoverPreMulSum : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(CoverPreMulSum, DeviceScalarReadAtRunTime) {
+  const GroupCase g = GetParam();
+  harness::run(g.nranks, g.mode, premul_device_body, opts_for(g.algo, kCoverTimeoutS));
+}
+
+INSTANTIATE_TEST_SUITE_P(CollCover, CoverPreMulSum,
+                         ::testing::Values(GroupCase{Mode::Proc, 3, kGroupAlgosA},
+                                           GroupCase{Mode::Proc, 5, kGroupAlgosB},
+                                           GroupCase{Mode::Thread, 4, ""}),
+                         group_name);
+
+// Small slices and FIFOs (pipeline_opts), every collective and algorithm,
+// two datatypes.
+class CoverPipeline : public ::testing::TestWithParam<CoverCase> {};
+
+TEST_P(CoverPipeline, SmallSlicesAndFifos) {
+  const CoverCase cc = GetParam();
+  harness::run(
+      cc.nranks, cc.mode,
+      [&](Ctx& c) {
+        Runner r(c, cc.algo + ", small slices");
+        for (loomDataType_t t : {loomUint8, loomFloat64}) pipeline_matrix(r, c, cc.coll, t);
+      },
+      pipeline_opts(cc.algo, kCoverTimeoutS));
+}
+
+std::vector<CoverCase> pipeline_cover_cases() {
+  std::vector<CoverCase> v;
+  for (int ci = 0; ci < kNumColls; ci++)
+    for (const std::string& algo : algos_of((Coll)ci)) v.push_back({(Coll)ci, algo, Mode::Proc, 5});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(CollCover, CoverPipeline, ::testing::ValuesIn(pipeline_cover_cases()),
+                         cover_name);
 
 }  // namespace
 
@@ -119,7 +184,9 @@ struct P2P {
   std::vector<int32_t> to_next, to_prev, from_prev, from_next;
 };
 
-int32_t p2p_value(int src, int dst, size_t i) { return (int32_t)(src * 1000003 + dst * 7919 + (int)i); }
+int32_t p2p_value(int src, int dst, size_t i) {
+  return (int32_t)(src * 1000003 + dst * 7919 + (int)i);
+}
 
 P2P make_p2p(const Ctx& c) {
   P2P p;
@@ -168,10 +235,14 @@ void group_body(const harness::Ctx& c, const std::string& label) {
     ASSERT_LOOM_OK(loomGroupStart());
     for (size_t i = 0; i < calls.size(); i++)
       EXPECT_EQ(r.issue(*prepared[i]), loomSuccess) << r.describe(calls[i]);
-    EXPECT_LOOM_OK(loomRecv(p.from_prev.data(), p.from_prev.size(), loomInt32, p.prev, c.comm, nullptr));
-    EXPECT_LOOM_OK(loomSend(p.to_next.data(), p.to_next.size(), loomInt32, p.next, c.comm, nullptr));
-    EXPECT_LOOM_OK(loomSend(p.to_prev.data(), p.to_prev.size(), loomInt32, p.prev, c.comm, nullptr));
-    EXPECT_LOOM_OK(loomRecv(p.from_next.data(), p.from_next.size(), loomInt32, p.next, c.comm, nullptr));
+    EXPECT_LOOM_OK(
+        loomRecv(p.from_prev.data(), p.from_prev.size(), loomInt32, p.prev, c.comm, nullptr));
+    EXPECT_LOOM_OK(
+        loomSend(p.to_next.data(), p.to_next.size(), loomInt32, p.next, c.comm, nullptr));
+    EXPECT_LOOM_OK(
+        loomSend(p.to_prev.data(), p.to_prev.size(), loomInt32, p.prev, c.comm, nullptr));
+    EXPECT_LOOM_OK(
+        loomRecv(p.from_next.data(), p.from_next.size(), loomInt32, p.next, c.comm, nullptr));
     ASSERT_LOOM_OK(loomGroupEnd());
     for (auto& pp : prepared) r.verify(*pp);
     check_p2p(c, p);
@@ -192,15 +263,16 @@ void stream_body(const harness::Ctx& c, const std::string& label) {
     for (Place pl : places_of(coll))
       for (size_t count : {(size_t)1000, kSliceCrossingCount}) {
         loomDataType_t t = kAllTypes[(size_t)(ci * 5 + i) % kNumTypes];
-        calls.push_back(make(coll, t, (ci + i) % kNumOps, count, (ci + i) % n, pl, i % kNumVariants));
+        calls.push_back(
+            make(coll, t, (ci + i) % kNumOps, count, (ci + i) % n, pl, i % kNumVariants));
         i++;
       }
   }
   std::vector<PreparedPtr> prepared;
   for (const Call& k : calls) prepared.push_back(r.prepare(k));
   for (size_t i = 0; i < calls.size(); i++) {
-    EXPECT_EQ(r.issue(*prepared[i]), loomSuccess) << r.describe(calls[i]) << ": "
-                                                  << loomGetLastError(c.comm);
+    EXPECT_EQ(r.issue(*prepared[i]), loomSuccess)
+        << r.describe(calls[i]) << ": " << loomGetLastError(c.comm);
     r.clobber_arguments(*prepared[i]);
   }
   ASSERT_LOOM_OK(loomStreamSynchronize(stream.get()));

@@ -3,7 +3,8 @@
 // with inputs whose every result is known exactly, made, and checked element
 // by element against an independent reference, together with the bytes
 // around it (out-of-place inputs unchanged, root-only buffers of non-roots
-// untouched, nothing written past the end of any buffer).
+// untouched, nothing written before or past any buffer). Buffers start 0, 1
+// or 2 elements past a 16-byte boundary, so kernels meet every alignment.
 //
 // Inputs. Reducing collectives take values::pattern values (exact in any
 // order of reduction); element g of a rank's send buffer (g counted over the
@@ -60,7 +61,9 @@ std::vector<std::string> algos_of(Coll c);
 //           root-only buffer, those of reduce pass recvbuff == sendbuff.
 //  OutNull: out-of-place with every root-only buffer NULL on non-roots; with
 //           count 0, every buffer NULL on every rank.
-enum class Place { Out, In, OutNull };
+//  Mixed:   in place on odd ranks, out of place on even ones (each rank
+//           chooses for itself; the root is either, by its parity).
+enum class Place { Out, In, OutNull, Mixed };
 const char* place_name(Place p);
 // The placements that apply to c (all-to-all-v has no in-place form).
 std::vector<Place> places_of(Coll c);
@@ -71,12 +74,12 @@ constexpr int kPreMul = 5;
 constexpr int kNumOps = 6;
 const char* op_label(int op);
 
-const loomDataType_t kAllTypes[] = {loomInt8,    loomUint8,   loomInt32,      loomUint32,
-                                    loomInt64,   loomUint64,  loomFloat16,    loomFloat32,
+const loomDataType_t kAllTypes[] = {loomInt8,    loomUint8,    loomInt32,      loomUint32,
+                                    loomInt64,   loomUint64,   loomFloat16,    loomFloat32,
                                     loomFloat64, loomBfloat16, loomFloat8e4m3, loomFloat8e5m2};
 constexpr int kNumTypes = 12;
 
-// The counts of the full matrix; kBigCount is capped by big_count().
+// The counts of the full matrix; kBigCount is capped by capped_count().
 constexpr size_t kBigCount = (1u << 20) + 3;
 const size_t kCounts[] = {0, 1, 7, 1000, kBigCount};
 // count, or for all-gather, all-to-all(-v), gather and scatter (whose
@@ -92,7 +95,7 @@ std::vector<int> roots_for(int nranks);
 // One call: the collective, its datatype, op (reducing collectives), count
 // (per rank, as the API's count argument), root (rooted collectives) and
 // placement. For all-to-all-v, count scales the count matrix and variant
-// picks its shape (see alltoallv_counts).
+// picks its shape (see alltoallv_count).
 struct Call {
   Coll coll = Coll::AllReduce;
   loomDataType_t type = loomFloat32;
@@ -106,8 +109,8 @@ struct Call {
 // All-to-all-v: elements rank s sends rank d, for the given shape:
 //  0: uneven, about a quarter of the pairs zero;
 //  1: rank 0 sends nothing and the last rank receives nothing; others uneven;
-//  2: one big pair (1 -> 0, or 0 -> 0 on one rank) of `count` elements, the
-//     rest a few elements each, the diagonal zero.
+//  2: every rank sends `count` elements to the rank before it (itself, on
+//     one rank), 1 to 3 to each other rank, nothing to itself.
 constexpr int kNumVariants = 3;
 size_t alltoallv_count(int variant, int nranks, size_t count, int s, int d);
 
@@ -167,6 +170,14 @@ void full_matrix(Runner& r, const harness::Ctx& ctx, Coll coll, loomDataType_t t
 
 // Harness options for a run with algo forced ("" for the tuner's choice).
 harness::Opts opts_for(const std::string& algo, int timeout_s);
+
+// Pipeline stress (process ranks): as opts_for, with slices of 1000 bytes
+// (125 to 1000 elements: no power of two, so chunks split into uneven
+// slices) through connection FIFOs of 3 slots of 4 KiB, so every call of
+// more than a few elements takes many slices and wraps the FIFOs.
+harness::Opts pipeline_opts(const std::string& algo, int timeout_s);
+// Counts 1 to 65537 in every placement, roots 0 and n-1, a rotation of ops.
+void pipeline_matrix(Runner& r, const harness::Ctx& ctx, Coll coll, loomDataType_t t);
 
 Call make(Coll coll, loomDataType_t t, int op, size_t count, int root, Place pl, int variant = 0);
 

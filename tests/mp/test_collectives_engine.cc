@@ -1,9 +1,9 @@
 // test_collectives_engine.cc - see test_collectives.h.
 #include <algorithm>
 #include <cinttypes>
-#include <functional>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -32,35 +32,48 @@ bool is_rooted(Coll c) {
 
 std::vector<std::string> algos_of(Coll c) {
   switch (c) {
-    case Coll::AllReduce: return {"ring", "tree", "rhd"};
+    case Coll::AllReduce:
+      return {"ring", "tree", "rhd"};
     case Coll::Broadcast:
-    case Coll::Reduce: return {"ring", "tree"};
+    case Coll::Reduce:
+      return {"ring", "tree"};
     case Coll::AllGather:
-    case Coll::ReduceScatter: return {"ring", "rhd"};
-    case Coll::AlltoAll: return {"pairwise", "bruck"};
-    case Coll::AlltoAllv: return {"pairwise"};
+    case Coll::ReduceScatter:
+      return {"ring", "rhd"};
+    case Coll::AlltoAll:
+      return {"pairwise", "bruck"};
+    case Coll::AlltoAllv:
+      return {"pairwise"};
     case Coll::Gather:
-    case Coll::Scatter: return {"direct"};
+    case Coll::Scatter:
+      return {"direct"};
   }
   return {};
 }
 
 const char* place_name(Place p) {
   switch (p) {
-    case Place::Out: return "out-of-place";
-    case Place::In: return "in-place";
-    case Place::OutNull: return "out-of-place, root-only buffers NULL on non-roots";
+    case Place::Out:
+      return "out-of-place";
+    case Place::In:
+      return "in-place";
+    case Place::OutNull:
+      return "out-of-place, root-only buffers NULL on non-roots";
+    case Place::Mixed:
+      return "in-place on odd ranks, out-of-place on even ranks";
   }
   return "?";
 }
 
 std::vector<Place> places_of(Coll c) {
   if (c == Coll::AlltoAllv) return {Place::Out};
-  if (is_rooted(c)) return {Place::Out, Place::In, Place::OutNull};
-  return {Place::Out, Place::In};
+  if (is_rooted(c)) return {Place::Out, Place::In, Place::OutNull, Place::Mixed};
+  return {Place::Out, Place::In, Place::Mixed};
 }
 
-const char* op_label(int op) { return op == kPreMul ? "premulsum(2)" : shim::op_name((loomRedOp_t)op); }
+const char* op_label(int op) {
+  return op == kPreMul ? "premulsum(2)" : shim::op_name((loomRedOp_t)op);
+}
 
 size_t capped_count(Coll c, int nranks, loomDataType_t t, size_t count) {
   bool blocks = c == Coll::AllGather || c == Coll::AlltoAll || c == Coll::AlltoAllv ||
@@ -121,12 +134,18 @@ uint64_t mix64(uint64_t x) {
 }
 
 // The pattern index of tile element k (reducing collectives).
-size_t red_index(size_t k) { return (size_t)(mix64(k) % 1000003u); }
+size_t red_index(size_t k) {
+  return (size_t)(mix64(k) % 1000003u);
+}
 
 // The tag of a data block that src sends to dst (dst -1: to everyone).
-int block_tag(int src, int dst) { return 1 + src * 300 + (dst + 1); }
+int block_tag(int src, int dst) {
+  return 1 + src * 300 + (dst + 1);
+}
 // The tag of the filler of a buffer that is not an input (buffer b, rank r).
-int filler_tag(int b, int r) { return 1000000 + b * 1000 + r; }
+int filler_tag(int b, int r) {
+  return 1000000 + b * 1000 + r;
+}
 
 enum class Kind {
   Bytes,   // pseudo-random bytes of tag arg
@@ -149,8 +168,8 @@ struct Buf {
   size_t elems = 0;
   std::unique_ptr<unsigned char[]> raw;  // guard, data, guard
   unsigned char* mem = nullptr;          // the data: kGuard + 0, 1 or 2 elements into raw
-  std::vector<Block> pre;   // what the test writes before the call
-  std::vector<Block> post;  // what the call must leave (elsewhere: as pre)
+  std::vector<Block> pre;                // what the test writes before the call
+  std::vector<Block> post;               // what the call must leave (elsewhere: as pre)
 };
 
 std::string hex(const unsigned char* p, size_t n) {
@@ -165,7 +184,8 @@ std::string hex(const unsigned char* p, size_t n) {
 
 // Splits layers of blocks (later layers win) into disjoint runs covering
 // [0, elems); uncovered runs get the filler.
-std::vector<Block> flatten(size_t elems, int filler, const std::vector<const std::vector<Block>*>& layers) {
+std::vector<Block> flatten(size_t elems, int filler,
+                           const std::vector<const std::vector<Block>*>& layers) {
   std::vector<size_t> cuts = {0, elems};
   for (const auto* l : layers)
     for (const Block& b : *l) {
@@ -181,7 +201,8 @@ std::vector<Block> flatten(size_t elems, int filler, const std::vector<const std
     Block run{a, e - a, Kind::Bytes, filler, a};
     for (const auto* l : layers)
       for (const Block& b : *l)
-        if (b.off <= a && a < b.off + b.len) run = Block{a, e - a, b.kind, b.arg, b.g0 + (a - b.off)};
+        if (b.off <= a && a < b.off + b.len)
+          run = Block{a, e - a, b.kind, b.arg, b.g0 + (a - b.off)};
     out.push_back(run);
   }
   return out;
@@ -208,9 +229,7 @@ class Prepared {
   void write(Buf& b);
   // Empty when right, else what is wrong.
   std::string check(const Buf& b);
-  void* ptr(int buf, size_t off) {
-    return buf < 0 ? nullptr : bufs[(size_t)buf].mem + off * es;
-  }
+  void* ptr(int buf, size_t off) { return buf < 0 ? nullptr : bufs[(size_t)buf].mem + off * es; }
 
  private:
   std::map<std::pair<int, int>, std::vector<unsigned char>> tiles_;
@@ -236,8 +255,7 @@ const unsigned char* Prepared::tile(Kind k, int arg) {
                                   : values::expected(type, op_ref, pat, n, j, scale);
       values::store(type, enc.data(), j, v);
     }
-    for (size_t i = 0; i < kTile; i++)
-      memcpy(&t[i * es], &enc[(red_index(i) % per) * es], es);
+    for (size_t i = 0; i < kTile; i++) memcpy(&t[i * es], &enc[(red_index(i) % per) * es], es);
   }
   return tiles_.emplace(key, std::move(t)).first->second.data();
 }
@@ -275,13 +293,13 @@ std::string Prepared::check(const Buf& b) {
     }
     if (!wrong) continue;
     size_t k = (r.g0 + first) % kTile;
-    const char* what = r.kind == Kind::RedOut ? "the result"
+    const char* what = r.kind == Kind::RedOut  ? "the result"
                        : r.kind == Kind::RedIn ? "an input"
                        : r.arg >= 1000000      ? "bytes the call must not touch"
                                                : "a data block";
     why << b.name << ": " << wrong << " wrong of " << r.len << " elements at [" << r.off << ", "
-        << r.off + r.len << ") (" << what << "); the first at element " << r.off + first
-        << ": got " << hex(got + first * es, es) << ", want " << hex(t + k * es, es) << ". ";
+        << r.off + r.len << ") (" << what << "); the first at element " << r.off + first << ": got "
+        << hex(got + first * es, es) << ", want " << hex(t + k * es, es) << ". ";
   }
   const unsigned char* g = b.mem + b.elems * es;
   for (size_t i = 0; i < kGuard; i++)
@@ -298,15 +316,23 @@ std::string Prepared::check(const Buf& b) {
   return why.str();
 }
 
-void PreparedDeleter::operator()(Prepared* p) const { delete p; }
+void PreparedDeleter::operator()(Prepared* p) const {
+  delete p;
+}
 
 // ---- Runner -----------------------------------------------------------------------
 
 Runner::Runner(const harness::Ctx& ctx, std::string algo) : ctx_(ctx), algo_(std::move(algo)) {}
 
 Runner::~Runner() {
+  // After a failed call the communicator may be in error: destroy quietly.
   for (int i = 0; i < kNumTypes; i++)
-    if (have_premul_[i]) EXPECT_LOOM_OK(loomRedOpDestroy(premul_[i], ctx_.comm));
+    if (have_premul_[i]) {
+      loomResult_t res = loomRedOpDestroy(premul_[i], ctx_.comm);
+      if (ok_) {
+        EXPECT_EQ(res, loomSuccess) << "loomRedOpDestroy: " << loomGetLastError(ctx_.comm);
+      }
+    }
   if (failed_calls_ > kMaxReported)
     ADD_FAILURE() << "rank " << ctx_.rank << ": " << failed_calls_ - kMaxReported
                   << " more failing calls not shown";
@@ -355,7 +381,9 @@ PreparedPtr Runner::prepare(const Call& k) {
   }
   const int n = P.n, me = P.me;
   const size_t c = k.count, nc = (size_t)n * c;
-  const bool root = me == k.root, in = k.place == Place::In, null = k.place == Place::OutNull;
+  // This rank's own placement.
+  const Place place = k.place != Place::Mixed ? k.place : me % 2 ? Place::In : Place::Out;
+  const bool root = me == k.root, in = place == Place::In, null = place == Place::OutNull;
   auto add = [&](const char* name, size_t elems) {
     Buf b;
     b.name = name;
@@ -397,8 +425,10 @@ PreparedPtr Runner::prepare(const Call& k) {
   } else if (k.coll == Coll::Reduce) {
     S = add("sendbuff", c);
     pre(S, {0, c, Kind::RedIn, me, 0});
-    if (in) R = S;
-    else if (root || !null) R = add(root ? "recvbuff" : "recvbuff (non-root, not to be touched)", c);
+    if (in)
+      R = S;
+    else if (root || !null)
+      R = add(root ? "recvbuff" : "recvbuff (non-root, not to be touched)", c);
     if (root) post(R, {0, c, Kind::RedOut, 0, 0});
   } else if (k.coll == Coll::Broadcast) {
     if (in) {
@@ -444,12 +474,12 @@ PreparedPtr Runner::prepare(const Call& k) {
     } else {
       S = add("sendbuff", c);
       pre(S, {0, c, Kind::Bytes, block_tag(me, -1), 0});
-      if (root || k.place == Place::Out)
+      if (root || place == Place::Out)
         R = add(root ? "recvbuff" : "recvbuff (non-root, not to be touched)", nc);
     }
     if (root) blocks(R, true, own);
   } else if (k.coll == Coll::Scatter) {
-    if (root || k.place == Place::Out)
+    if (root || place == Place::Out)
       S = add(root ? "sendbuff" : "sendbuff (non-root, not to be touched)", nc);
     if (root) blocks(S, false, [me](int q) { return block_tag(me, q); });
     if (root && in) {
@@ -490,18 +520,25 @@ loomResult_t Runner::issue(Prepared& P) {
   loomComm_t cm = ctx_.comm;
   loomStream_t st = stream_;
   switch (k.coll) {
-    case Coll::AllReduce: return loomAllReduce(s, r, k.count, k.type, P.op_user, cm, st);
-    case Coll::Broadcast: return loomBroadcast(s, r, k.count, k.type, k.root, cm, st);
-    case Coll::Reduce: return loomReduce(s, r, k.count, k.type, P.op_user, k.root, cm, st);
-    case Coll::AllGather: return loomAllGather(s, r, k.count, k.type, cm, st);
+    case Coll::AllReduce:
+      return loomAllReduce(s, r, k.count, k.type, P.op_user, cm, st);
+    case Coll::Broadcast:
+      return loomBroadcast(s, r, k.count, k.type, k.root, cm, st);
+    case Coll::Reduce:
+      return loomReduce(s, r, k.count, k.type, P.op_user, k.root, cm, st);
+    case Coll::AllGather:
+      return loomAllGather(s, r, k.count, k.type, cm, st);
     case Coll::ReduceScatter:
       return loomReduceScatter(s, r, k.count, k.type, P.op_user, cm, st);
-    case Coll::AlltoAll: return loomAlltoAll(s, r, k.count, k.type, cm, st);
+    case Coll::AlltoAll:
+      return loomAlltoAll(s, r, k.count, k.type, cm, st);
     case Coll::AlltoAllv:
       return loomAlltoAllv(s, P.sendcounts.data(), P.sdispls.data(), r, P.recvcounts.data(),
                            P.rdispls.data(), k.type, cm, st);
-    case Coll::Gather: return loomGather(s, r, k.count, k.type, k.root, cm, st);
-    case Coll::Scatter: return loomScatter(s, r, k.count, k.type, k.root, cm, st);
+    case Coll::Gather:
+      return loomGather(s, r, k.count, k.type, k.root, cm, st);
+    case Coll::Scatter:
+      return loomScatter(s, r, k.count, k.type, k.root, cm, st);
   }
   return loomInternalError;
 }
@@ -562,6 +599,36 @@ void full_matrix(Runner& r, const harness::Ctx& ctx, Coll coll, loomDataType_t t
           r.run(k);
         }
   }
+}
+
+}  // namespace colltest
+
+namespace colltest {
+
+const char* const kPipelineEnv[][2] = {
+    {"LOOM_SLICE_SIZE", "1000"}, {"LOOM_BUFFSIZE", "12K"}, {"LOOM_NSLOTS", "3"}};
+
+harness::Opts pipeline_opts(const std::string& algo, int timeout_s) {
+  harness::Opts o = opts_for(algo, timeout_s);
+  for (const auto& kv : kPipelineEnv) o.env.push_back({kv[0], kv[1]});
+  return o;
+}
+
+void pipeline_matrix(Runner& r, const harness::Ctx& ctx, Coll coll, loomDataType_t t) {
+  const int n = ctx.nranks;
+  const size_t counts[] = {1, 7, 1000, 4099, 65537};
+  const int ops[] = {loomSum, kPreMul, loomAvg, loomMax, loomSum};
+  int i = 0;
+  for (size_t count : counts)
+    for (Place pl : places_of(coll))
+      for (int root : {n - 1, 0}) {
+        if (!r.ok()) return;
+        Call k =
+            make(coll, t, is_reducing(coll) ? ops[i % 5] : 0, count, root, pl, i % kNumVariants);
+        r.run(k);
+        i++;
+        if (!is_rooted(coll) || n == 1) break;
+      }
 }
 
 }  // namespace colltest
