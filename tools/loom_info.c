@@ -54,8 +54,10 @@ static void size_text(size_t b, char* buf, size_t len) {
 static void print_tuning(void) {
   const struct tune_consts* k = tune_consts_get();
   size_t slice = params_get()->slice_size;
-  printf("tuning constants: step %.2f us, copy %.2f GB/s, reduce %.2f GB/s, %d cpus\n",
-         k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus);
+  printf("tuning constants: step %.2f us, copy %.2f GB/s, reduce %.2f GB/s, %d cpus, "
+         "cross-memory attach %.2f GB/s\n(direct plans, oneshot/twoshot/read, are costed as between "
+         "processes: they need every rank on this host)\n",
+         k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps);
   printf("%-14s %5s  %-22s %-9s %s\n", "collective", "ranks", "sizes", "algorithm",
          "predicted time");
   const int ranks[] = {2, 4, 8, 16};

@@ -4,6 +4,7 @@
 #include "../core/params.h"
 #include "../kernels/cpu/cpu_kernels.h"
 #include "../topo/tune.h"
+#include "../transport/transport.h"
 #include "coll.h"
 
 typedef loomResult_t (*gen_fn)(const struct coll_args* a, struct plan* out);
@@ -14,14 +15,19 @@ _Static_assert((int)TUNE_ALLREDUCE == (int)COLL_ALLREDUCE && (int)TUNE_SCATTER =
 static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
     [COLL_ALLREDUCE] = {[TUNE_RING] = ring_allreduce_build,
                         [TUNE_TREE] = tree_allreduce_build,
-                        [TUNE_RHD] = rhd_allreduce_build},
-    [COLL_BROADCAST] = {[TUNE_RING] = ring_broadcast_build, [TUNE_TREE] = tree_broadcast_build},
+                        [TUNE_RHD] = rhd_allreduce_build,
+                        [TUNE_ONESHOT] = oneshot_allreduce_build,
+                        [TUNE_TWOSHOT] = twoshot_allreduce_build},
+    [COLL_BROADCAST] = {[TUNE_RING] = ring_broadcast_build, [TUNE_TREE] = tree_broadcast_build,
+                        [TUNE_READ] = read_broadcast_build},
     [COLL_REDUCE] = {[TUNE_RING] = ring_reduce_build, [TUNE_TREE] = tree_reduce_build},
-    [COLL_ALLGATHER] = {[TUNE_RING] = ring_allgather_build, [TUNE_RHD] = rhd_allgather_build},
+    [COLL_ALLGATHER] = {[TUNE_RING] = ring_allgather_build, [TUNE_RHD] = rhd_allgather_build,
+                        [TUNE_READ] = read_allgather_build},
     [COLL_REDUCESCATTER] = {[TUNE_RING] = ring_reducescatter_build,
-                            [TUNE_RHD] = rhd_reducescatter_build},
+                            [TUNE_RHD] = rhd_reducescatter_build,
+                            [TUNE_READ] = read_reducescatter_build},
     [COLL_ALLTOALL] = {[TUNE_PAIRWISE] = pairwise_alltoall_build,
-                       [TUNE_BRUCK] = bruck_alltoall_build},
+                       [TUNE_BRUCK] = bruck_alltoall_build, [TUNE_READ] = read_alltoall_build},
     [COLL_ALLTOALLV] = {[TUNE_PAIRWISE] = pairwise_alltoallv_build},
     [COLL_GATHER] = {[TUNE_DIRECT] = direct_gather_build},
     [COLL_SCATTER] = {[TUNE_DIRECT] = direct_scatter_build},
@@ -39,6 +45,9 @@ static size_t task_bytes(const struct coll_task* t, int n) {
     default: return t->count * es;
   }
 }
+
+/* The families that read peers' buffers directly (direct.c). */
+#define DIRECT_ALGOS (TUNE_ALGO_BIT(TUNE_ONESHOT) | TUNE_ALGO_BIT(TUNE_TWOSHOT) | TUNE_ALGO_BIT(TUNE_READ))
 
 unsigned algo_available(enum coll_kind kind) {
   unsigned avail = 0;
@@ -67,10 +76,11 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
     a.rdispls = t->v + 3 * n;
   }
   unsigned avail = algo_available(t->kind);
+  if (!tp_direct_ok(comm)) avail &= ~DIRECT_ALGOS;
   if (!avail)
     return err_set(comm, loomInternalError, "no algorithm can serve collective kind %d", t->kind);
   enum tune_algo algo =
-      tune_pick((enum tune_coll)t->kind, n, task_bytes(t, n), a.slice_elems * es, avail);
+      tune_pick(&comm->coll->tune, (enum tune_coll)t->kind, n, task_bytes(t, n), a.slice_elems * es, avail);
   plan_init(out, comm->rank, n, tune_algo_name(algo));
   LOOM_TRACE(SUB_TUNE, "rank %d: %s of %zu bytes by %s", comm->rank, tune_coll_name((enum tune_coll)t->kind),
              task_bytes(t, n), tune_algo_name(algo));

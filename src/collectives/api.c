@@ -1,6 +1,7 @@
 /* api.c - the collective entry points: check the arguments on the calling
  * rank (before anything moves, so a bad call loses nothing and hangs no
  * peer), record a task, and hand it to the group layer. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "../core/checks.h"
 #include "../core/stream.h"
 #include "../kernels/cpu/cpu_kernels.h"
+#include "../transport/transport.h"
 #include "coll.h"
 
 static loomResult_t bad(struct loomComm* comm, const char* fn, const char* what) {
@@ -309,17 +311,62 @@ loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
   return group_submit(&t);
 }
 
-/* ---- Not available yet: they exist so every program links. ---- */
+/* ---- Memory ---- */
 
-static loomResult_t not_yet(const char* fn) {
-  return err_set(NULL, loomInvalidUsage, "%s is not available yet in this version of Loom", fn);
+loomResult_t loomMemAlloc(void** ptr, size_t size) {
+  if (!ptr) return err_set(NULL, loomInvalidArgument, "invalid argument: loomMemAlloc: ptr is NULL");
+  if (size == 0) return err_set(NULL, loomInvalidArgument, "invalid argument: loomMemAlloc: size is 0");
+  return tp_mem_alloc(size, ptr);
 }
 
-loomResult_t loomMemAlloc(void** ptr, size_t size) { return not_yet("loomMemAlloc"); }
-loomResult_t loomMemFree(void* ptr) { return not_yet("loomMemFree"); }
+loomResult_t loomMemFree(void* ptr) {
+  if (!ptr) return loomSuccess; /* as free(NULL) */
+  return tp_mem_free(ptr);
+}
+
+/* A registration: the buffer is recorded so Deregister can check its
+ * handle. Direct plans read any buffer of a same-host peer (mapped when it
+ * is loomMemAlloc memory, by cross-memory attach otherwise), so nothing has
+ * to be pinned or exchanged here. */
+struct reg_handle {
+  struct loomComm* comm;
+  void* buff;
+  size_t size;
+  struct reg_handle* next;
+};
+/* Live handles, so that a stale or foreign one is an error, not a crash. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct reg_handle* reg_list;
+
 loomResult_t loomCommRegister(const loomComm_t comm, void* buff, size_t size, void** handle) {
-  return not_yet("loomCommRegister");
+  LOOM_CHECK(coll_comm_ready(comm));
+  if (!handle) return err_set(comm, loomInvalidArgument, "invalid argument: loomCommRegister: handle is NULL");
+  if (!buff || size == 0)
+    return err_set(comm, loomInvalidArgument,
+                   "invalid argument: loomCommRegister: buffer %p of %zu bytes", buff, size);
+  struct reg_handle* h = calloc(1, sizeof(*h));
+  if (!h) return err_set(comm, loomSystemError, "out of memory");
+  *h = (struct reg_handle){comm, buff, size, NULL};
+  pthread_mutex_lock(&reg_lock);
+  h->next = reg_list;
+  reg_list = h;
+  pthread_mutex_unlock(&reg_lock);
+  *handle = h;
+  return loomSuccess;
 }
+
 loomResult_t loomCommDeregister(const loomComm_t comm, void* handle) {
-  return not_yet("loomCommDeregister");
+  LOOM_CHECK(comm_check(comm));
+  pthread_mutex_lock(&reg_lock);
+  struct reg_handle** at = &reg_list;
+  while (*at && (*at != handle || (*at)->comm != comm)) at = &(*at)->next;
+  struct reg_handle* h = *at;
+  if (h) *at = h->next;
+  pthread_mutex_unlock(&reg_lock);
+  if (!h)
+    return err_set(comm, loomInvalidArgument,
+                   "invalid argument: loomCommDeregister: %p is not a live registration of this "
+                   "communicator", handle);
+  free(h);
+  return loomSuccess;
 }

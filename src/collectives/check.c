@@ -18,7 +18,15 @@
  * Buffers only the root has (broadcast's and scatter's SEND, reduce's and
  * gather's RECV) may be NULL elsewhere: a plan may declare them there with
  * 0 elements or the full size, and any op that touches one on another rank
- * is an error, whatever the data would have been. */
+ * is an error, whatever the data would have been.
+ *
+ * Direct plans (peer reads between syncs): a sync completes when every
+ * rank has arrived at it, and the syncs a rank has passed are its phase.
+ * Every element remembers the phase its owner last wrote it in and the
+ * latest phase a peer read it in; a peer read of an element its owner
+ * writes in the same phase (before or after the read) is a race, as is a
+ * read before the first sync (no addresses yet) or after the last (the
+ * owner may have returned). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +54,9 @@ struct rank_sim {
   struct sym* view[PB_COUNT];  /* where each plan buffer starts: in place, SEND and RECV share */
   size_t op_base;              /* global id of the plan's op 0 */
   uint32_t cur;                /* current step */
-  uint32_t pending;            /* its sends and receives not yet done */
+  uint32_t pending;            /* its sends and receives (and sync) not yet done */
   int entered;                 /* local ops ran and comm ops are posted */
+  uint32_t phase;              /* syncs passed */
 };
 
 enum {
@@ -88,6 +97,10 @@ struct sim {
   size_t *sdispl, *rdispl, *row, *col;
   struct rank_sim* rk;
   struct sym* mem;   /* every rank's buffers, one block */
+  uint32_t* wphase;  /* per element of mem: 1 + the phase its owner last wrote it in, 0: never */
+  uint32_t* rphase;  /* per element of mem: 1 + the last phase a peer read it in, 0: never */
+  int* arrived;      /* per sync: ranks that reached it */
+  uint32_t nsyncs;   /* syncs in every rank's plan */
   struct sym* want;  /* one rank's expected RECV */
   struct link* link; /* by global op id */
   uint8_t* state;    /* by global op id: POSTED, DONE */
@@ -210,11 +223,14 @@ static int lowest_rank(uint64_t mask) {
 static int is_comm(unsigned kind) {
   return kind == OP_SEND || kind == OP_RECV || kind == OP_RECV_REDUCE;
 }
+static int is_peer(unsigned kind) {
+  return kind == OP_PEER_COPY || kind == OP_PEER_REDUCE;
+}
 static int reads_src(unsigned kind) {
-  return kind != OP_RECV;
+  return kind != OP_RECV && kind != OP_SYNC;
 }
 static int writes_dst(unsigned kind) {
-  return kind != OP_SEND;
+  return kind != OP_SEND && kind != OP_SYNC;
 }
 static struct sym* at(struct sim* s, int r, struct plan_ref ref) {
   return s->rk[r].view[ref.buf] + ref.off;
@@ -236,10 +252,12 @@ static uint32_t step_of(const struct plan* p, uint32_t o) {
 
 /* ---- Static validation: shapes, bounds, peers ---- */
 
-static int ref_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op, struct plan_ref ref) {
+/* owner: the rank whose buffer ref names (a peer op's source is the peer's). */
+static int ref_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op, struct plan_ref ref,
+                  int owner) {
   if (ref.buf >= PB_COUNT)
     return fail(s, "rank %d step %u: %s names buffer %u", r, t, plan_op_name(op->kind), ref.buf);
-  size_t have = s->plans[r].buf_count[ref.buf];
+  size_t have = s->plans[owner].buf_count[ref.buf];
   if (ref.off <= have && op->count <= have - ref.off) return 0;
   return fail(s, "rank %d step %u: %s touches %s[%zu..%zu), out of bounds (%zu elements)", r, t,
               plan_op_name(op->kind), AT(ref, 0), ref.off + op->count, have);
@@ -249,28 +267,63 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
   const char* name = plan_op_name(op->kind);
   if (op->kind >= OP_KIND_COUNT) return fail(s, "rank %d step %u: unknown op %u", r, t, op->kind);
   if (op->count == 0) return fail(s, "rank %d step %u: %s of 0 elements", r, t, name);
-  if (is_comm(op->kind) ? op->peer < 0 || op->peer >= s->nranks || op->peer == r : op->peer != -1)
+  int with_peer = is_comm(op->kind) || is_peer(op->kind);
+  if (with_peer ? op->peer < 0 || op->peer >= s->nranks || op->peer == r : op->peer != -1)
     return fail(s, "rank %d step %u: %s with peer %d", r, t, name, op->peer);
+  if (op->kind == OP_SYNC) return 0;
   if (!(s->kind->flags & K_REDUCES) && (op->kind == OP_PREMUL || op->kind == OP_DIV))
     return fail(s, "rank %d step %u: %s in a %s plan, which reduces nothing", r, t, name,
                 s->kind->name);
   /* Before the bounds: the buffer may be declared with 0 elements here. */
+  int src_owner = is_peer(op->kind) ? op->peer : r;
   for (int w = 0; w < 2; w++) {
     struct plan_ref ref = w ? op->dst : op->src;
-    if (!(w ? writes_dst(op->kind) : reads_src(op->kind)) || !absent(s, r, ref.buf)) continue;
+    int owner = w ? r : src_owner;
+    if (!(w ? writes_dst(op->kind) : reads_src(op->kind)) || !absent(s, owner, ref.buf)) continue;
     return fail(s,
-                "rank %d step %u: %s %s the %s buffer, which only the root (rank %d) has in a %s",
-                r, t, name, w ? "writes" : "reads", ref.buf == PB_SEND ? "send" : "receive",
-                s->root, s->kind->name);
+                "rank %d step %u: %s %s %s %s buffer, which only the root (rank %d) has in a %s",
+                r, t, name, w ? "writes" : "reads", owner == r ? "the" : "a peer's",
+                ref.buf == PB_SEND ? "send" : "receive", s->root, s->kind->name);
   }
-  if (reads_src(op->kind) && ref_ok(s, r, t, op, op->src)) return -1;
-  if (writes_dst(op->kind) && ref_ok(s, r, t, op, op->dst)) return -1;
+  if (reads_src(op->kind) && ref_ok(s, r, t, op, op->src, src_owner)) return -1;
+  if (writes_dst(op->kind) && ref_ok(s, r, t, op, op->dst, r)) return -1;
   if (writes_dst(op->kind) && op->dst.buf == PB_SEND) /* the API takes it as const */
     return fail(s, "rank %d step %u: %s writes the send buffer", r, t, name);
   /* The plans ask for premul or avg by holding such ops; the final state
    * must then show it on every element. */
   if (op->kind == OP_PREMUL) s->want_flags |= SYM_SCALED;
   if (op->kind == OP_DIV) s->want_flags |= SYM_DIVIDED;
+  return 0;
+}
+
+/* Syncs stand alone in their step; peer reads lie between the first sync and
+ * the last; direct plans hold no sends or receives. Counts the syncs. */
+static int syncs_ok(struct sim* s, int r) {
+  const struct plan* p = &s->plans[r];
+  uint32_t seen = 0, total = 0;
+  int comm = 0;
+  for (uint32_t o = 0; o < p->nops; o++) {
+    total += p->ops[o].kind == OP_SYNC;
+    comm |= is_comm(p->ops[o].kind);
+  }
+  if (r == 0) s->nsyncs = total;
+  if (total > 0 && comm) return fail(s, "rank %d: a plan with syncs also sends or receives", r);
+  for (uint32_t t = 0; t < p->nsteps; t++) {
+    const struct plan_step* st = &p->steps[t];
+    for (uint32_t o = st->op_begin; o < st->op_end; o++) {
+      unsigned kind = p->ops[o].kind;
+      if (kind == OP_SYNC && st->op_end - st->op_begin != 1)
+        return fail(s, "rank %d step %u: a sync shares its step with other ops", r, t);
+      if (kind == OP_SYNC) seen++;
+      if (is_peer(kind) && (seen == 0 || seen == total))
+        return fail(s, "rank %d step %u: %s from rank %d %s", r, t, plan_op_name(kind),
+                    p->ops[o].peer,
+                    seen == 0 ? "before the first sync (its buffers are not known yet)"
+                              : "after the last sync (it may have returned)");
+    }
+  }
+  if (r > 0 && total != s->nsyncs)
+    return fail(s, "rank %d has %u syncs, rank 0 has %u", r, total, s->nsyncs);
   return 0;
 }
 
@@ -305,7 +358,7 @@ static int plan_ok(struct sim* s, int r) {
   }
   if (p->nsteps > 0 && p->steps[p->nsteps - 1].op_end != p->nops)
     return fail(s, "rank %d: ops past the last step", r);
-  return 0;
+  return syncs_ok(s, r);
 }
 
 /* ---- Matching: the k-th send a -> b meets b's k-th receive from a ---- */
@@ -416,8 +469,9 @@ static int step_hazards(struct sim* s, int r, struct access* acc) {
   int n = 0;
   for (uint32_t o = st->op_begin; o < st->op_end; o++) {
     const struct plan_op* op = &p->ops[o];
+    if (op->kind == OP_SYNC) continue;
     struct sym *src = at(s, r, op->src), *dst = at(s, r, op->dst);
-    int rd = reads_src(op->kind), wr = writes_dst(op->kind);
+    int rd = reads_src(op->kind) && !is_peer(op->kind), wr = writes_dst(op->kind);
     if (rd && wr && src == dst) rd = 0;
     if (rd) acc[n++] = (struct access){src, src + op->count, o, 0};
     if (wr) acc[n++] = (struct access){dst, dst + op->count, o, 1};
@@ -500,11 +554,63 @@ static int scale(struct sim* s, int r, const struct plan_op* op, size_t i, struc
   return 0;
 }
 
+/* ---- Races between ranks in direct plans ---- */
+
+/* Rank r writes count elements at dst (its own memory) in its phase. */
+static int note_write(struct sim* s, int r, const struct plan_op* op, const struct sym* dst) {
+  uint32_t ph = s->rk[r].phase + 1;
+  size_t base = (size_t)(dst - s->mem);
+  if (s->nsyncs == 0) return 0;
+  for (size_t i = 0; i < op->count; i++) {
+    if (s->rphase[base + i] == ph)
+      return fail(s, "rank %d step %u: %s writes %s[%zu] between the syncs in which a peer reads it",
+                  r, s->rk[r].cur, plan_op_name(op->kind), AT(op->dst, i));
+    s->wphase[base + i] = ph;
+  }
+  return 0;
+}
+
+/* Rank r reads op's source in op->peer's memory. */
+static int peer_read(struct sim* s, int r, const struct plan_op* op) {
+  uint32_t ph = s->rk[r].phase + 1;
+  const struct sym* src = at(s, op->peer, op->src);
+  struct sym* dst = at(s, r, op->dst);
+  size_t base = (size_t)(src - s->mem);
+  for (size_t i = 0; i < op->count; i++) {
+    if (s->wphase[base + i] == ph)
+      return fail(s, "rank %d step %u: %s reads rank %d's %s[%zu] between the syncs in which it is written",
+                  r, s->rk[r].cur, plan_op_name(op->kind), op->peer, AT(op->src, i));
+    s->rphase[base + i] = ph;
+  }
+  if (note_write(s, r, op, dst)) return -1;
+  if (op->kind == OP_PEER_COPY) {
+    memcpy(dst, src, op->count * sizeof(*dst)); /* different ranks: never overlapping */
+    return 0;
+  }
+  for (size_t i = 0; i < op->count; i++)
+    if (combine(s, r, op->dst, i, dst[i], src[i], &dst[i])) return -1;
+  return 0;
+}
+
+/* Rank r arrives at its next sync; the last rank to arrive releases all. */
+static void sync_arrive(struct sim* s, int r) {
+  uint32_t j = s->rk[r].phase;
+  s->rk[r].pending++;
+  if (++s->arrived[j] < s->nranks) return;
+  for (int q = 0; q < s->nranks; q++) {
+    s->rk[q].pending--;
+    s->rk[q].phase++;
+    if (q != r) s->stack[s->nstack++] = q;
+  }
+}
+
 /* Element by element in order, so an op onto its own range reads each
  * element before writing it, as the executors do. */
 static int run_local(struct sim* s, int r, const struct plan_op* op) {
   const struct sym* src = at(s, r, op->src);
   struct sym* dst = at(s, r, op->dst);
+  if (is_peer(op->kind)) return peer_read(s, r, op);
+  if (note_write(s, r, op, dst)) return -1;
   if (op->kind == OP_COPY) { /* step_hazards allows no partial overlap */
     if (dst != src) memcpy(dst, src, op->count * sizeof(*dst));
     return 0;
@@ -530,6 +636,7 @@ static int complete(struct sim* s, struct link snd, struct link rcv, int waiting
   const struct plan_op* ro = &s->plans[rcv.rank].ops[rcv.op];
   const struct sym *in = at(s, snd.rank, so->src), *mine = at(s, rcv.rank, ro->src);
   struct sym* dst = at(s, rcv.rank, ro->dst);
+  if (note_write(s, rcv.rank, ro, dst)) return -1;
   if (ro->kind == OP_RECV) /* different ranks: never overlapping */
     memcpy(dst, in, ro->count * sizeof(*dst));
   else
@@ -553,6 +660,8 @@ static int enter_step(struct sim* s, int r, struct access* acc) {
   for (uint32_t o = st->op_begin; o < st->op_end; o++) {
     if (is_comm(k->p->ops[o].kind))
       k->pending++;
+    else if (k->p->ops[o].kind == OP_SYNC)
+      sync_arrive(s, r);
     else if (run_local(s, r, &k->p->ops[o]))
       return -1;
   }
@@ -586,6 +695,12 @@ static int report_deadlock(struct sim* s) {
     struct rank_sim* k = &s->rk[r];
     if (k->cur >= k->p->nsteps || stuck++ >= 4) continue;
     uint32_t o = k->p->steps[k->cur].op_begin, end = k->p->steps[k->cur].op_end;
+    if (k->p->ops[o].kind == OP_SYNC) {
+      int n = snprintf(text + pos, sizeof(text) - pos, "%srank %d step %u (sync %u)",
+                       pos ? "; " : "", r, k->cur, k->phase + 1);
+      if (n > 0 && (size_t)n < sizeof(text) - pos) pos += (size_t)n;
+      continue;
+    }
     while (o < end && (!is_comm(k->p->ops[o].kind) || s->state[k->op_base + o] == DONE)) o++;
     if (o == end) continue; /* cannot be: it would have moved on */
     struct link other = s->link[k->op_base + o];
@@ -621,7 +736,12 @@ static void sim_reset(struct sim* s, int inplace) {
       k->view[PB_SEND][i] = (struct sym){(uint64_t)1 << r, (int32_t)i, 0};
     k->cur = k->pending = 0;
     k->entered = 0;
+    k->phase = 0;
   }
+  size_t nsyms = (size_t)(s->want - s->mem);
+  memset(s->wphase, 0, nsyms * sizeof(*s->wphase));
+  memset(s->rphase, 0, nsyms * sizeof(*s->rphase));
+  memset(s->arrived, 0, (s->nsyncs + 1) * sizeof(*s->arrived));
   memset(s->state, 0, s->rk[s->nranks - 1].op_base + s->plans[s->nranks - 1].nops);
 }
 
@@ -702,6 +822,10 @@ static int sim_alloc(struct sim* s) {
       m += s->plans[r].buf_count[b];
     }
   s->want = m;
+  s->wphase = calloc(nsyms + 1, sizeof(*s->wphase));
+  s->rphase = calloc(nsyms + 1, sizeof(*s->rphase));
+  s->arrived = calloc(s->nsyncs + 1, sizeof(*s->arrived));
+  if (s->wphase == NULL || s->rphase == NULL || s->arrived == NULL) return -1;
   return 0;
 }
 
@@ -779,6 +903,9 @@ out:
   free(s.state);
   free(s.link);
   free(s.mem);
+  free(s.wphase);
+  free(s.rphase);
+  free(s.arrived);
   free(s.stack);
   free(s.rk);
   free(s.sdispl);

@@ -10,6 +10,7 @@
 
 #include "../core/comm.h"
 #include "loom.h"
+#include "../topo/tune.h"
 #include "plan.h"
 
 enum coll_kind {
@@ -60,6 +61,9 @@ struct coll_comm {
   _Atomic int queued; /* work queued on streams and not yet finished */
   void* scratch;      /* plans' PB_SCRATCH, grown as needed; under exec_lock */
   size_t scratch_bytes;
+  /* The tuner's constants, rank 0's for every rank: ranks that calibrated
+   * apart would otherwise disagree on plans. */
+  struct tune_consts tune;
 };
 
 /* comm_api.c */

@@ -21,7 +21,15 @@ loomResult_t coll_comm_init(struct loomComm* comm) {
   pthread_mutex_init(&cc->ops_lock, NULL);
   atomic_init(&cc->queued, 0);
   comm->coll = cc;
-  return loomSuccess;
+  /* One set of constants for the whole communicator: rank 0's. */
+  struct tune_consts* all = calloc((size_t)comm->nranks, sizeof(*all));
+  if (!all) return err_set(comm, loomSystemError, "out of memory");
+  struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  loomResult_t r = boot_allgather(comm, tune_consts_get(), sizeof(*all), all, &dl);
+  if (r == loomSuccess) cc->tune = all[0];
+  cc->tune.read_gbps = tp_direct_loads(comm) ? 2 * cc->tune.copy_gbps : cc->tune.cma_gbps;
+  free(all);
+  return r;
 }
 
 void coll_comm_fini(struct loomComm* comm) {

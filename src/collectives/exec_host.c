@@ -36,6 +36,7 @@ struct exec {
   uint32_t step;
   int posted;
   int connected;
+  int sync_wait; /* the step's sync is posted, peers not all there yet */
   struct xfer* xf;
   uint32_t nxf, xf_cap;
   uint32_t fault_step; /* UINT32_MAX: none */
@@ -102,6 +103,7 @@ static loomResult_t exec_prepare(struct comm_run* run) {
   e->step = 0;
   e->posted = 0;
   e->connected = 0;
+  e->sync_wait = 0;
   e->nxf = 0;
   e->fault_step = UINT32_MAX;
   e->what = coll_what(t->kind);
@@ -135,6 +137,13 @@ static loomResult_t exec_prepare(struct comm_run* run) {
   run->next++;
   LOOM_CHECK(algo_plan(t, &e->plan));
   LOOM_CHECK(exec_scratch(e));
+  if (plan_is_direct(&e->plan)) {
+    /* The previous direct plan ended with a sync all peers passed, so none
+     * still reads what was published for it. */
+    size_t bytes[PB_COUNT];
+    for (int b = 0; b < PB_COUNT; b++) bytes[b] = e->plan.buf_count[b] * e->esize;
+    tp_peer_publish(comm, e->bufs, bytes);
+  }
   if (t->kind == COLL_ALLREDUCE && fault_hit("allreduce", comm->rank))
     e->fault_step = e->plan.nsteps / 2;
   return loomSuccess;
@@ -203,6 +212,17 @@ static loomResult_t exec_post_step(struct exec* e) {
       case OP_REDUCE: cpu_reduce(e->dtype, e->redop, dst, dst, src, op->count); break;
       case OP_PREMUL: cpu_mul_scalar(e->dtype, dst, src, op->count, e->scalar); break;
       case OP_DIV: cpu_div(e->dtype, dst, src, op->count, e->comm->nranks); break;
+      case OP_SYNC:
+        tp_sync_arrive(e->comm);
+        e->sync_wait = 1;
+        break;
+      case OP_PEER_COPY:
+        LOOM_CHECK(tp_peer_copy(e->comm, op->peer, op->src.buf, op->src.off * e->esize, dst, bytes));
+        break;
+      case OP_PEER_REDUCE:
+        LOOM_CHECK(tp_peer_reduce(e->comm, op->peer, op->src.buf, op->src.off * e->esize, dst,
+                                  op->count, e->dtype, e->redop));
+        break;
       default: return err_set(e->comm, loomInternalError, "plan op of unknown kind %d", op->kind);
     }
   }
@@ -223,6 +243,11 @@ static loomResult_t exec_progress(struct exec* e, int* done_out, int* moved_out)
   while (e->step < e->plan.nsteps) {
     if (!e->posted) {
       LOOM_CHECK(exec_post_step(e));
+      *moved_out = 1;
+    }
+    if (e->sync_wait) {
+      if (!tp_sync_done(e->comm)) return loomSuccess;
+      e->sync_wait = 0;
       *moved_out = 1;
     }
     int all = 1;
@@ -252,7 +277,10 @@ static void exec_describe_wait(const struct exec* e, char* buf, size_t len) {
              x->conn->is_send ? "to" : "from", x->conn->peer);
     return;
   }
-  if (!e->connected)
+  if (e->sync_wait)
+    snprintf(buf, len, "step %u of %u, waiting for its peers at a sync", e->step + 1,
+             e->plan.nsteps);
+  else if (!e->connected)
     snprintf(buf, len, "connecting to its peers");
   else
     snprintf(buf, len, "step %u of %u", e->step + 1, e->plan.nsteps);

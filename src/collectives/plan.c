@@ -96,7 +96,8 @@ loomResult_t plan_finish(struct plan* p) {
 /* ---- Printing ---- */
 
 static const char* const op_names[OP_KIND_COUNT] = {
-    "send", "recv", "recv_reduce", "copy", "reduce", "premul", "div",
+    "send", "recv", "recv_reduce", "copy", "reduce", "premul", "div", "peer_copy", "peer_reduce",
+    "sync",
 };
 static const char* const buf_names[PB_COUNT] = {"send", "recv", "scratch"};
 
@@ -147,6 +148,13 @@ static void put_op(char* buf, size_t len, size_t* pos, const struct plan_op* op)
         put_ref(buf, len, pos, op->src, op->count);
         put(buf, len, pos, " + incoming");
       }
+      break;
+    case OP_SYNC: break;
+    case OP_PEER_COPY:
+    case OP_PEER_REDUCE:
+      put_ref(buf, len, pos, op->dst, op->count);
+      put(buf, len, pos, op->kind == OP_PEER_COPY ? " <- %d's " : " += %d's ", op->peer);
+      put_ref(buf, len, pos, op->src, op->count);
       break;
     default:
       put_ref(buf, len, pos, op->dst, op->count);

@@ -15,7 +15,10 @@
  *    the k-th receive of dst from src, with the same count;
  *  - the plan is deadlock-free even when a send completes only once its
  *    receiver has taken it (rendezvous), which is what zero-copy transports
- *    do.
+ *    do;
+ *  - direct plans (peer ops) read a peer's buffers only between two syncs,
+ *    never a range that peer writes between the same two syncs, and never
+ *    after the last sync (the peer may have returned).
  */
 #ifndef LOOM_COLL_PLAN_H
 #define LOOM_COLL_PLAN_H
@@ -35,6 +38,11 @@ enum plan_op_kind {
   OP_REDUCE,      /* dst = dst op src, local */
   OP_PREMUL,      /* dst = src * the PreMulSum scalar, local */
   OP_DIV,         /* dst = src / nranks (loomAvg's final step), local */
+  /* Direct access to a peer on this host (src/collectives/direct.c): src
+   * names the peer's buffer, dst is local. Only between OP_SYNCs. */
+  OP_PEER_COPY,   /* dst = peer's src */
+  OP_PEER_REDUCE, /* dst = dst op peer's src */
+  OP_SYNC,        /* every rank arrives before any leaves; peer -1, count 1 */
   OP_KIND_COUNT
 };
 
@@ -165,6 +173,22 @@ loomResult_t bruck_alltoall_build(const struct coll_args* a, struct plan* out);
 loomResult_t pairwise_alltoallv_build(const struct coll_args* a, struct plan* out);
 loomResult_t direct_gather_build(const struct coll_args* a, struct plan* out);
 loomResult_t direct_scatter_build(const struct coll_args* a, struct plan* out);
+
+/* src/collectives/direct.c: direct plans for ranks that can read each
+ * other's buffers (threads of one process, or processes of one host with
+ * loomMemAlloc memory or cross-memory attach). No FIFO: each rank reads what
+ * it needs from its peers, between syncs. One-shot all-reduce (every rank
+ * reduces everything; small sizes), two-shot (each reduces its block, then
+ * copies the others'), and single-read all-gather, reduce-scatter,
+ * broadcast and all-to-all. */
+loomResult_t oneshot_allreduce_build(const struct coll_args* a, struct plan* out);
+loomResult_t twoshot_allreduce_build(const struct coll_args* a, struct plan* out);
+loomResult_t read_allgather_build(const struct coll_args* a, struct plan* out);
+loomResult_t read_reducescatter_build(const struct coll_args* a, struct plan* out);
+loomResult_t read_broadcast_build(const struct coll_args* a, struct plan* out);
+loomResult_t read_alltoall_build(const struct coll_args* a, struct plan* out);
+/* 1 when the plan holds peer ops (it needs the peers' buffer addresses). */
+int plan_is_direct(const struct plan* p);
 
 /* ---- Checker (src/collectives/check.c) ---- */
 

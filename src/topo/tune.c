@@ -11,8 +11,8 @@
 #include "../core/params.h"
 #include "../core/util.h"
 
-static const char* const algo_names[TUNE_ALGO_COUNT] = {"ring",     "tree",  "rhd",
-                                                        "pairwise", "bruck", "direct"};
+static const char* const algo_names[TUNE_ALGO_COUNT] = {
+    "ring", "tree", "rhd", "pairwise", "bruck", "direct", "oneshot", "twoshot", "read"};
 static const char* const coll_names[TUNE_COLL_COUNT] = {
     "allreduce", "broadcast", "reduce", "allgather", "reducescatter",
     "alltoall",  "alltoallv", "gather", "scatter"};
@@ -54,6 +54,18 @@ static double pipeline_us(const struct tune_consts* k, int depth, double bytes, 
   return (depth - 1 + ns) * per;
 }
 
+/* A sync of n ranks: each waits for the slowest of n flags, about a step
+ * per doubling. */
+static double sync_us(const struct tune_consts* k, int n) {
+  return k->step_us * log2_ceil(n);
+}
+
+/* Bytes per microsecond of a direct plan's reads. */
+static double read_bw(const struct tune_consts* k) {
+  double g = k->read_gbps > 0 ? k->read_gbps : k->cma_gbps > 0 ? k->cma_gbps : k->copy_gbps;
+  return g * 1e3;
+}
+
 static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n, double S,
                            double sl) {
   double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
@@ -76,6 +88,27 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
       if (p != n) t += 2 * slices(S, sl) * k->step_us + 2 * S / B + S / R;
       return t;
     }
+    /* Direct reads: a sync is about one step; each byte read from a peer
+     * is one copy (cross-memory attach) or a load before it is reduced. */
+    case TUNE_ONESHOT: {
+      double D = read_bw(k);
+      return 2 * sync_us(k, n) + (n - 1) * S / D + (n - 1) * S / R + 2 * S / B;
+    }
+    case TUNE_TWOSHOT:
+      return 3 * sync_us(k, n) + 2.0 * (n - 1) / n * S / read_bw(k) + (double)(n - 1) / n * S / R;
+    default: return -1;
+  }
+}
+
+/* The single-read plans of direct.c (TUNE_READ). */
+static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, double S) {
+  double B = 2 * k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3, D = read_bw(k);
+  double part = (double)(n - 1) / n * S;
+  switch (coll) {
+    case TUNE_ALLGATHER: return 2 * sync_us(k, n) + part / D + S / n / B;
+    case TUNE_REDUCESCATTER: return 2 * sync_us(k, n) + part / D + part / R;
+    case TUNE_BROADCAST: return 2 * sync_us(k, n) + S / D;
+    case TUNE_ALLTOALL: return 2 * sync_us(k, n) + part / D + S / B;
     default: return -1;
   }
 }
@@ -87,6 +120,10 @@ double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tu
   double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
   double t = -1;
   if (n <= 1) return a == TUNE_RING || a == TUNE_PAIRWISE || a == TUNE_DIRECT ? S / B : -1;
+  if (a == TUNE_READ) {
+    t = read_us(k, coll, n, S);
+    return t > 0 && n > k->ncpus ? t * n / k->ncpus : t;
+  }
   switch (coll) {
     case TUNE_ALLREDUCE: t = allreduce_us(k, a, n, S, sl); break;
     case TUNE_BROADCAST:
@@ -163,17 +200,17 @@ static const char* forced_for(const char* spec, const char* coll, char* buf, siz
   return NULL;
 }
 
-enum tune_algo tune_pick(enum tune_coll coll, int nranks, size_t bytes, size_t slice_bytes,
-                         unsigned avail) {
+enum tune_algo tune_pick(const struct tune_consts* k, enum tune_coll coll, int nranks,
+                         size_t bytes, size_t slice_bytes, unsigned avail) {
   char buf[256];
   const char* want = forced_for(params_get()->algo, tune_coll_name(coll), buf, sizeof(buf));
   if (want) {
     int a = tune_algo_parse(want);
     if (a >= 0 && (avail & TUNE_ALGO_BIT(a))) return (enum tune_algo)a;
-    enum tune_algo m = tune_pick_model(tune_consts_get(), coll, nranks, bytes, slice_bytes, avail);
+    enum tune_algo m = tune_pick_model(k, coll, nranks, bytes, slice_bytes, avail);
     LOOM_INFO(SUB_TUNE, "LOOM_ALGO asks for '%s', which cannot serve %s; using %s", want,
               tune_coll_name(coll), tune_algo_name(m));
     return m;
   }
-  return tune_pick_model(tune_consts_get(), coll, nranks, bytes, slice_bytes, avail);
+  return tune_pick_model(k, coll, nranks, bytes, slice_bytes, avail);
 }

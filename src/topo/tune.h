@@ -32,6 +32,9 @@ enum tune_algo {
   TUNE_PAIRWISE,
   TUNE_BRUCK,
   TUNE_DIRECT,
+  TUNE_ONESHOT, /* direct reads of peers' buffers: all-reduce, every rank reduces all */
+  TUNE_TWOSHOT, /* direct reads: all-reduce as reduce-scatter then all-gather */
+  TUNE_READ,    /* direct reads: all-gather, reduce-scatter, broadcast, all-to-all */
   TUNE_ALGO_COUNT
 };
 #define TUNE_ALGO_BIT(a) (1u << (a))
@@ -42,6 +45,11 @@ struct tune_consts {
   double copy_gbps;   /* one rank's copy bandwidth through a connection, GB/s */
   double reduce_gbps; /* one rank's reduction bandwidth, GB/s of output */
   int ncpus;          /* ranks beyond this share cores */
+  double cma_gbps;    /* reading another process's memory by process_vm_readv, GB/s */
+  /* Direct plans' read bandwidth for one communicator: plain loads for
+   * thread ranks (twice copy_gbps: one copy, not two), cma_gbps between
+   * processes. 0: cma_gbps. Set by the communicator, not calibrated. */
+  double read_gbps;
 };
 
 /* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh
@@ -62,9 +70,11 @@ double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tu
 
 /* The algorithm for a call: among the algorithms in avail (TUNE_ALGO_BIT
  * mask), LOOM_ALGO's choice when it names one of them, otherwise the
- * cheapest predicted. Thread safe. */
-enum tune_algo tune_pick(enum tune_coll coll, int nranks, size_t bytes, size_t slice_bytes,
-                         unsigned avail);
+ * cheapest predicted by the constants k. Every rank of a communicator must
+ * pass the same k (the communicator agrees on rank 0's at init), or ranks
+ * could pick different plans. Thread safe. */
+enum tune_algo tune_pick(const struct tune_consts* k, enum tune_coll coll, int nranks,
+                         size_t bytes, size_t slice_bytes, unsigned avail);
 /* As tune_pick with explicit constants and no LOOM_ALGO: the model's own
  * choice (unit tests, loom_info --tuning). */
 enum tune_algo tune_pick_model(const struct tune_consts* k, enum tune_coll coll, int nranks,
@@ -73,7 +83,7 @@ enum tune_algo tune_pick_model(const struct tune_consts* k, enum tune_coll coll,
 const char* tune_algo_name(enum tune_algo a);
 const char* tune_coll_name(enum tune_coll c);
 /* Parses an algorithm name ("ring", "tree", "rhd", "pairwise", "bruck",
- * "direct"); -1 if unknown. */
+ * "direct", "oneshot", "twoshot", "read"); -1 if unknown. */
 int tune_algo_parse(const char* name);
 
 #endif

@@ -13,6 +13,7 @@
 #include "../core/bootstrap.h"
 #include "../core/checks.h"
 #include "../core/params.h"
+#include "peer.h"
 
 #define RANK_SEG_MAGIC 0x4c4d52414e4b3031ULL /* "LMRANK01" */
 #define RANK_SEG_BYTES 4096
@@ -21,7 +22,9 @@
 struct rank_seg {
   _Atomic uint64_t magic;
   struct bell bell;
+  struct peer_pub pub; /* direct plans (peer.c) */
 };
+_Static_assert(sizeof(struct rank_seg) <= RANK_SEG_BYTES, "the rank segment outgrew its page");
 
 struct tp_comm {
   struct rank_seg* self_seg;
@@ -30,6 +33,7 @@ struct tp_comm {
   struct conn** recv_conns;
   int spin;
   int same_host_ranks;
+  struct peer_state* peer; /* peer.c */
 };
 
 static const struct loom_transport* const all_transports[] = {&loom_transport_local,
@@ -119,6 +123,7 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
     }
     LOOM_CHECK(rank_seg_open(comm, p, &tp->peer_segs[p]));
   }
+  LOOM_CHECK(peer_comm_init(comm));
   LOOM_CHECK(boot_barrier(comm, &dl));
   char name[64];
   rank_seg_name(comm, comm->rank, name, sizeof(name));
@@ -133,6 +138,7 @@ void tp_comm_fini(struct loomComm* comm) {
   struct tp_comm* tp = comm->tp;
   if (!tp) return;
   comm_set_wake(comm, NULL, NULL);
+  peer_comm_fini(comm);
   for (int i = 0; i < comm->nranks * LANE_COUNT; i++) {
     if (tp->send_conns && tp->send_conns[i]) tp->send_conns[i]->tp->close(tp->send_conns[i]);
     if (tp->recv_conns && tp->recv_conns[i]) tp->recv_conns[i]->tp->close(tp->recv_conns[i]);
@@ -216,6 +222,13 @@ struct bell* tp_peer_bell(struct loomComm* comm, int peer) {
 }
 
 int tp_spin_count(struct loomComm* comm) { return comm->tp->spin; }
+
+struct peer_pub* tp_pub(struct loomComm* comm, int rank) {
+  struct rank_seg* s = comm->tp->peer_segs[rank];
+  return s ? &s->pub : NULL;
+}
+
+struct peer_state** tp_peer_state_slot(struct loomComm* comm) { return &comm->tp->peer; }
 
 const char* tp_list_available(void) { return "local (thread ranks of one process), shm (processes on one host)"; }
 

@@ -113,6 +113,44 @@ int tp_spin_count(struct loomComm* comm);
 /* Names of the transports usable here (loom_info). */
 const char* tp_list_available(void);
 
+/* ---- Direct access to the buffers of peers on this host (peer.c) ----
+ *
+ * For direct plans: ranks publish their buffers' addresses, meet at syncs,
+ * and read each other's buffers in between: a plain load for thread ranks
+ * and for loomMemAlloc memory (mapped by the peer), cross-memory attach
+ * (process_vm_readv) for any other memory. Peers only read. */
+
+/* 1 when every rank of comm is on this host and can read every other's
+ * memory (agreed by all ranks at init, so all plan alike), and LOOM_DIRECT
+ * allows it. */
+int tp_direct_ok(struct loomComm* comm);
+/* 1 when every rank of comm is a thread of this process: direct plans then
+ * read with plain loads (else, mostly, by cross-memory attach). */
+int tp_direct_loads(struct loomComm* comm);
+/* Publishes the buffers of this rank's next direct plan (PEER_NBUFS of
+ * them: send, receive, scratch; NULL and 0 where absent). Call before the
+ * plan's first sync. */
+void tp_peer_publish(struct loomComm* comm, void* const* bufs, const size_t* bytes);
+/* Arrives at the next sync and rings the peers. Never blocks. */
+void tp_sync_arrive(struct loomComm* comm);
+/* 1 once every peer has arrived at this rank's latest sync. Never blocks. */
+int tp_sync_done(struct loomComm* comm);
+/* dst = bytes at offset off of peer's published buffer buf. Checks the
+ * range against what the peer published (a mismatch of the ranks'
+ * arguments is loomInvalidUsage naming the peer); loomRemoteError when the
+ * peer's memory cannot be read (it died). Blocks only while copying. */
+loomResult_t tp_peer_copy(struct loomComm* comm, int peer, unsigned buf, size_t off, void* dst,
+                          size_t bytes);
+/* dst = dst op (count elements of peer's buffer buf at byte offset off). */
+loomResult_t tp_peer_reduce(struct loomComm* comm, int peer, unsigned buf, size_t off, void* dst,
+                            size_t count, loomDataType_t dtype, loomRedOp_t op);
+
+/* loomMemAlloc memory (mem.c): shared (memfd) mappings that peers on this
+ * host map too, so direct plans read them with plain loads. Thread safe. */
+loomResult_t tp_mem_alloc(size_t size, void** ptr_out);
+/* loomInvalidArgument when ptr is not the start of a live allocation. */
+loomResult_t tp_mem_free(void* ptr);
+
 /* Helpers for the connection queue. */
 void conn_queue_push(struct conn* c, struct xfer* x);
 void conn_queue_pop(struct conn* c); /* drops the head */

@@ -143,7 +143,9 @@ TEST_P(CoverPreMulSum, DeviceScalarReadAtRunTime) {
 INSTANTIATE_TEST_SUITE_P(CollCover, CoverPreMulSum,
                          ::testing::Values(GroupCase{Mode::Proc, 3, kGroupAlgosA},
                                            GroupCase{Mode::Proc, 5, kGroupAlgosB},
-                                           GroupCase{Mode::Thread, 4, ""}),
+                                           GroupCase{Mode::Thread, 4, ""},
+                                           GroupCase{Mode::Proc, 4, kGroupAlgosC},
+                                           GroupCase{Mode::Proc, 3, kGroupAlgosD}),
                          group_name);
 
 // Small slices and FIFOs (pipeline_opts), every collective and algorithm,
@@ -285,13 +287,22 @@ const char* const kGroupAlgosA =
 const char* const kGroupAlgosB =
     "allreduce:rhd;broadcast:tree;reduce:ring;allgather:ring;reducescatter:ring;alltoall:pairwise";
 
+// The direct plans (peers read each other's buffers between syncs).
+const char* const kGroupAlgosC =
+    "allreduce:twoshot;broadcast:read;allgather:read;reducescatter:read;alltoall:read";
+const char* const kGroupAlgosD = "allreduce:oneshot;broadcast:read;allgather:read;reducescatter:read";
+
 void PrintTo(const GroupCase& g, std::ostream* os) {
   *os << harness::mode_name(g.mode) << g.nranks << " " << (g.algo.empty() ? "tuner" : g.algo);
 }
 
 std::string group_name(const ::testing::TestParamInfo<GroupCase>& info) {
   const GroupCase& g = info.param;
-  std::string algo = g.algo.empty() ? "tuner" : g.algo == kGroupAlgosA ? "algosA" : "algosB";
+  std::string algo = g.algo.empty()          ? "tuner"
+                     : g.algo == kGroupAlgosA ? "algosA"
+                     : g.algo == kGroupAlgosB ? "algosB"
+                     : g.algo == kGroupAlgosC ? "algosC"
+                                              : "algosD";
   return std::string(harness::mode_name(g.mode)) + std::to_string(g.nranks) + "_" + algo;
 }
 

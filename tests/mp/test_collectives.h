@@ -203,6 +203,8 @@ struct GroupCase {
 // collective, each collective named on its own.
 extern const char* const kGroupAlgosA;
 extern const char* const kGroupAlgosB;
+extern const char* const kGroupAlgosC;
+extern const char* const kGroupAlgosD;
 std::string group_name(const ::testing::TestParamInfo<GroupCase>& info);
 void PrintTo(const GroupCase& g, std::ostream* os);
 

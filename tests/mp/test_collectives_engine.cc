@@ -33,15 +33,16 @@ bool is_rooted(Coll c) {
 std::vector<std::string> algos_of(Coll c) {
   switch (c) {
     case Coll::AllReduce:
-      return {"ring", "tree", "rhd"};
+      return {"ring", "tree", "rhd", "oneshot", "twoshot"};
     case Coll::Broadcast:
+      return {"ring", "tree", "read"};
     case Coll::Reduce:
       return {"ring", "tree"};
     case Coll::AllGather:
     case Coll::ReduceScatter:
-      return {"ring", "rhd"};
+      return {"ring", "rhd", "read"};
     case Coll::AlltoAll:
-      return {"pairwise", "bruck"};
+      return {"pairwise", "bruck", "read"};
     case Coll::AlltoAllv:
       return {"pairwise"};
     case Coll::Gather:

@@ -10,8 +10,10 @@ extern "C" {
 
 namespace {
 
-const tune_consts kConsts = {2.0, 5.0, 20.0, 2};
+const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 0.0};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
+// The families that pass messages through FIFOs (no direct reads).
+const unsigned kFifo = kAll & ~((1u << TUNE_ONESHOT) | (1u << TUNE_TWOSHOT) | (1u << TUNE_READ));
 
 TEST(Tune, ChoiceIsTheModelsArgmin) {
   for (int c = 0; c < TUNE_COLL_COUNT; c++)
@@ -53,11 +55,22 @@ TEST(Tune, PredictionsGrowWithSizeAndServeOnlyTheirCollectives) {
 // ranks go to a log-depth algorithm, bandwidth-bound large ones at two
 // ranks to the ring.
 TEST(Tune, ModelShapes) {
-  tune_algo small = tune_pick_model(&kConsts, TUNE_ALLREDUCE, 16, 64, 256 << 10, kAll);
+  tune_algo small = tune_pick_model(&kConsts, TUNE_ALLREDUCE, 16, 64, 256 << 10, kFifo);
   EXPECT_TRUE(small == TUNE_TREE || small == TUNE_RHD) << tune_algo_name(small);
+  EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLREDUCE, 2, 256u << 20, 256 << 10, kFifo), TUNE_RING);
+  EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLTOALL, 16, 256, 256 << 10, kFifo), TUNE_BRUCK);
+  EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLTOALL, 4, 64u << 20, 256 << 10, kFifo), TUNE_PAIRWISE);
+}
+
+// Direct plans: between processes they read by cross-memory attach, here
+// slower than a FIFO's two copies, so large all-reduces stay on the ring;
+// thread ranks read with loads, one copy, and take the two-shot plan.
+TEST(Tune, DirectPlansFollowTheReadBandwidth) {
+  tune_consts threads = kConsts;
+  threads.read_gbps = 2 * kConsts.copy_gbps;
   EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLREDUCE, 2, 256u << 20, 256 << 10, kAll), TUNE_RING);
-  EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLTOALL, 16, 256, 256 << 10, kAll), TUNE_BRUCK);
-  EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLTOALL, 4, 64u << 20, 256 << 10, kAll), TUNE_PAIRWISE);
+  EXPECT_EQ(tune_pick_model(&threads, TUNE_ALLREDUCE, 2, 256u << 20, 256 << 10, kAll), TUNE_TWOSHOT);
+  EXPECT_EQ(tune_pick_model(&threads, TUNE_ALLGATHER, 4, 64u << 20, 256 << 10, kAll), TUNE_READ);
 }
 
 TEST(Tune, NamesRoundTrip) {

@@ -1,0 +1,38 @@
+/* all_gather_perf - loomAllGather. The size is what each rank gets (n blocks); each rank gives
+ * one block of size/n bytes. In place: sendbuff == recvbuff + r*sendcount. Bus bandwidth:
+ * algbw x (n-1)/n, algbw over the n blocks. */
+#include "common.h"
+
+static void counts(size_t count, size_t esize, int nranks, struct perf_counts* c) {
+  size_t block = perf_split_count(count, esize, nranks);
+  *c = (struct perf_counts){
+      .send = block, .recv = block * (size_t)nranks, .param = block, .send_inplace = block};
+}
+
+static double bus_factor(int nranks) {
+  return (double)(nranks - 1) / nranks;
+}
+
+static loomResult_t run(const struct perf_call* c) {
+  return loomAllGather(c->send, c->recv, c->count, c->type, c->comm, c->stream);
+}
+
+/* Block p of the result is rank p's input. */
+static int expect(const struct perf_data* d, int rank, size_t k, int64_t* out) {
+  size_t block = d->cnt.param;
+  *out = data_value(d, (int)(k / block), k % block);
+  return 1;
+}
+
+static const struct perf_coll coll = {
+    .tool = "all_gather_perf",
+    .algbw_per_rank = 1,
+    .counts = counts,
+    .bus_factor = bus_factor,
+    .run = run,
+    .expect = expect,
+};
+
+int main(int argc, char** argv) {
+  return perf_main(&coll, argc, argv);
+}
