@@ -1025,45 +1025,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, BadInit,
 
 // ---- Not available yet -------------------------------------------------------------
 
-// Every rank calls each function that is not available yet: each returns
+// Every rank calls what is not available yet (CUDA device ranks): it returns
 // loomInvalidUsage at once, saying so, and touches nothing; then the
-// communicator works as before. (The collectives all are available now:
-// test_collectives*.cc.)
+// communicator works as before. (The collectives are tested in
+// test_collectives*.cc, the memory calls in test_memory.cc.)
 void not_available_body(const Ctx& c) {
-  const int n = c.nranks;
-  const size_t cnt = 8;
-  std::vector<int32_t> recv(cnt * n, 0x5A5A5A5A);
-  const std::vector<int32_t> recv0 = recv;
-  int32_t* r = recv.data();
-  loomComm_t cm = c.comm;
-  void* mem = reinterpret_cast<void*>(static_cast<uintptr_t>(0x5A5A5A5A));
-  void* handle = mem;
-  struct Call {
-    const char* fn;
-    std::function<loomResult_t()> call;
-  };
-  const Call calls[] = {
-      {"loomMemAlloc", [&] { return loomMemAlloc(&mem, 4096); }},
-      {"loomMemFree", [&] { return loomMemFree(r); }},
-      {"loomCommRegister",
-       [&] { return loomCommRegister(cm, r, cnt * n * sizeof(int32_t), &handle); }},
-      {"loomCommDeregister", [&] { return loomCommDeregister(cm, handle); }},
-  };
-  for (const Call& call : calls) {
-    auto t0 = Clock::now();
-    loomResult_t res = call.call();
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    EXPECT_EQ(res, loomInvalidUsage) << call.fn << ": " << loomGetErrorString(res);
-    EXPECT_LT(secs, kImmediateS) << call.fn << " took " << secs << " s";
-    std::string text = lower(loomGetLastError(nullptr));
-    EXPECT_NE(text.find("not available"), std::string::npos) << call.fn << ": \"" << text << "\"";
-    EXPECT_NE(text.find(lower(call.fn)), std::string::npos)
-        << "the text does not name " << call.fn << ": \"" << text << "\"";
-    EXPECT_EQ(recv, recv0) << call.fn << " wrote into the buffer";
-  }
-  EXPECT_EQ(mem, reinterpret_cast<void*>(static_cast<uintptr_t>(0x5A5A5A5A)))
-      << "loomMemAlloc wrote *ptr";
-  EXPECT_EQ(handle, mem) << "loomCommRegister wrote *handle";
   // CUDA device ranks are not available yet either.
   loomComm_t dev[2] = {nullptr, nullptr};
   const int devlist[2] = {0, 0};
