@@ -4,7 +4,9 @@
 # UCX, hwloc, MPI) are never required. Sourced or run by run.sh and test.sh.
 set -euo pipefail
 
-LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps)
+# iproute2 (ip, ss, tc) and nftables: the network suite's hosts in namespaces
+# (tests/net); util-linux (mount, setpriv, unshare) is part of every Debian.
+LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables)
 
 loom_deps() {
   local missing=()

@@ -4,6 +4,8 @@
 #   scripts/test.sh            everything (what CI runs)
 #   LOOM_TEST_QUICK=1 scripts/test.sh   the main build's tests only
 #   (cd build && ctest -L long)          the full collective matrix, outside CI
+# The main pass includes the network suite (label "net": ranks in network
+# namespaces, as root; SKIPPED with the reason where namespaces cannot be made).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh

@@ -119,7 +119,11 @@ static void print_info(void) {
   printf("  local   yes (ranks that are threads of one process: direct copy)\n");
   printf("  shm     %s (processes on one host: POSIX shared-memory FIFOs)\n",
          shm_usable() ? "yes" : "no: /dev/shm is not usable");
-  printf("  p2p, socket, verbs, ucx: not built yet\n");
+  printf("  socket  yes (ranks on other hosts, or all with LOOM_TRANSPORTS=socket: TCP)\n");
+  printf("  direct  %s (ranks of one host read each other's buffers: loomMemAlloc memory is\n"
+         "          mapped, other memory read by process_vm_readv, probed per communicator)\n",
+         params_get()->direct ? "allowed" : "off (LOOM_DIRECT=0)");
+  printf("  p2p, verbs, ucx: not built yet\n");
   printf("algorithms:");
   for (int c = 0; c < TUNE_COLL_COUNT; c++) {
     unsigned avail = algo_available((enum coll_kind)c);

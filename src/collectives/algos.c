@@ -7,6 +7,8 @@
 #include "../transport/transport.h"
 #include "coll.h"
 
+#include <string.h>
+
 typedef loomResult_t (*gen_fn)(const struct coll_args* a, struct plan* out);
 
 _Static_assert((int)TUNE_ALLREDUCE == (int)COLL_ALLREDUCE && (int)TUNE_SCATTER == (int)COLL_SCATTER,
@@ -85,4 +87,40 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
   LOOM_TRACE(SUB_TUNE, "rank %d: %s of %zu bytes by %s", comm->rank, tune_coll_name((enum tune_coll)t->kind),
              task_bytes(t, n), tune_algo_name(algo));
   return generators[t->kind][algo](&a, out);
+}
+
+loomResult_t algo_plan_cached(const struct coll_task* t, struct plan* scratch,
+                              const struct plan** out) {
+  struct coll_comm* cc = t->comm->coll;
+  if (t->kind == COLL_ALLTOALLV) {
+    LOOM_CHECK(algo_plan(t, scratch));
+    *out = scratch;
+    return loomSuccess;
+  }
+  struct plan_key key;
+  memset(&key, 0, sizeof(key)); /* compared with memcmp: no stray padding */
+  key.kind = t->kind;
+  key.count = t->count;
+  key.esize = dtype_size(t->dtype);
+  key.premul = redop_is_premul(t->op);
+  key.avg = t->op == loomAvg;
+  key.root = t->root;
+  for (int i = 0; i < PLAN_CACHE; i++)
+    if (cc->plans[i].valid && memcmp(&cc->plans[i].key, &key, sizeof(key)) == 0) {
+      *out = &cc->plans[i].plan;
+      return loomSuccess;
+    }
+  int slot = cc->plans_next;
+  cc->plans_next = (slot + 1) % PLAN_CACHE;
+  if (cc->plans[slot].valid) plan_free(&cc->plans[slot].plan);
+  cc->plans[slot].valid = 0;
+  loomResult_t r = algo_plan(t, &cc->plans[slot].plan);
+  if (r != loomSuccess) {
+    plan_free(&cc->plans[slot].plan);
+    return r;
+  }
+  cc->plans[slot].key = key;
+  cc->plans[slot].valid = 1;
+  *out = &cc->plans[slot].plan;
+  return loomSuccess;
 }

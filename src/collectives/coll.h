@@ -54,6 +54,16 @@ struct premul_op {
   unsigned char value[8];
 };
 
+/* What determines a collective's plan besides the communicator: the tuner's
+ * choice depends on the size in bytes, the plan on the element count. */
+struct plan_key {
+  int kind; /* enum coll_kind */
+  size_t count;
+  size_t esize;
+  int premul, avg, root;
+};
+#define PLAN_CACHE 4
+
 struct coll_comm {
   pthread_mutex_t exec_lock; /* one operation at a time on a communicator */
   pthread_mutex_t ops_lock;
@@ -64,6 +74,14 @@ struct coll_comm {
   /* The tuner's constants, rank 0's for every rank: ranks that calibrated
    * apart would otherwise disagree on plans. */
   struct tune_consts tune;
+  /* The last plans built, reused by calls that repeat (as training loops
+   * do). Under exec_lock; only the collective lane uses them. */
+  struct {
+    struct plan_key key;
+    struct plan plan;
+    int valid;
+  } plans[PLAN_CACHE];
+  int plans_next;
 };
 
 /* comm_api.c */
@@ -91,6 +109,12 @@ loomResult_t exec_tasks(struct coll_task* tasks, int ntasks);
 /* algos.c: the plan of a collective task, by the algorithm the tuner picks
  * among those that can serve it. out is initialised here. */
 loomResult_t algo_plan(const struct coll_task* t, struct plan* out);
+/* As algo_plan, through the communicator's cache: the plan stays owned by
+ * the cache and valid until the next call for this communicator. All-to-all-v
+ * (whose plan depends on its counts) is built into *scratch instead. Caller
+ * holds the communicator's exec_lock. */
+loomResult_t algo_plan_cached(const struct coll_task* t, struct plan* scratch,
+                              const struct plan** out);
 /* The algorithms (TUNE_ALGO_BIT mask) that can serve kind. */
 unsigned algo_available(enum coll_kind kind);
 

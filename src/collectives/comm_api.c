@@ -27,7 +27,9 @@ loomResult_t coll_comm_init(struct loomComm* comm) {
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   loomResult_t r = boot_allgather(comm, tune_consts_get(), sizeof(*all), all, &dl);
   if (r == loomSuccess) cc->tune = all[0];
-  cc->tune.read_gbps = tp_direct_loads(comm) ? 2 * cc->tune.copy_gbps : cc->tune.cma_gbps;
+  int loads = tp_direct_loads(comm);
+  cc->tune.read_gbps = loads ? 2 * cc->tune.copy_gbps : cc->tune.cma_gbps;
+  cc->tune.read_call_us = loads ? 0 : cc->tune.cma_us;
   free(all);
   return r;
 }
@@ -38,6 +40,8 @@ void coll_comm_fini(struct loomComm* comm) {
   pthread_mutex_destroy(&cc->exec_lock);
   pthread_mutex_destroy(&cc->ops_lock);
   free(cc->scratch);
+  for (int i = 0; i < PLAN_CACHE; i++)
+    if (cc->plans[i].valid) plan_free(&cc->plans[i].plan);
   free(cc);
   comm->coll = NULL;
 }

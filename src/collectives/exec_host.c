@@ -24,7 +24,8 @@
 
 struct exec {
   struct loomComm* comm;
-  struct plan plan;
+  const struct plan* plan; /* own, or the communicator's plan cache */
+  struct plan own;
   void** bufs;
   int nbufs;
   loomDataType_t dtype;
@@ -70,7 +71,8 @@ static void* ref_ptr(const struct exec* e, struct plan_ref r) {
 }
 
 static void exec_reset(struct exec* e) {
-  plan_free(&e->plan);
+  plan_free(&e->own);
+  e->plan = NULL;
   free(e->bufs);
   e->bufs = NULL;
   e->nbufs = 0;
@@ -79,7 +81,7 @@ static void exec_reset(struct exec* e) {
 /* Points PB_SCRATCH at the communicator's scratch, grown to what the plan
  * needs. Safe: the communicator's exec_lock is held for the whole launch. */
 static loomResult_t exec_scratch(struct exec* e) {
-  size_t need = e->plan.buf_count[PB_SCRATCH] * e->esize;
+  size_t need = e->plan->buf_count[PB_SCRATCH] * e->esize;
   struct coll_comm* cc = e->comm->coll;
   if (need > cc->scratch_bytes) {
     void* p = malloc(need);
@@ -122,7 +124,8 @@ static loomResult_t exec_prepare(struct comm_run* run) {
     e->esize = 1;
     e->redop = loomSum;
     run->next += n;
-    return p2p_build(t, n, &e->plan);
+    e->plan = &e->own;
+    return p2p_build(t, n, &e->own);
   }
   /* A collective. */
   e->bufs = calloc(PB_COUNT, sizeof(void*));
@@ -135,17 +138,17 @@ static loomResult_t exec_prepare(struct comm_run* run) {
   e->redop = redop_is_premul(t->op) || t->op == loomAvg ? loomSum : t->op;
   e->scalar = t->scalar_ptr ? t->scalar_ptr : t->scalar;
   run->next++;
-  LOOM_CHECK(algo_plan(t, &e->plan));
+  LOOM_CHECK(algo_plan_cached(t, &e->own, &e->plan));
   LOOM_CHECK(exec_scratch(e));
-  if (plan_is_direct(&e->plan)) {
+  if (plan_is_direct(e->plan)) {
     /* The previous direct plan ended with a sync all peers passed, so none
      * still reads what was published for it. */
     size_t bytes[PB_COUNT];
-    for (int b = 0; b < PB_COUNT; b++) bytes[b] = e->plan.buf_count[b] * e->esize;
+    for (int b = 0; b < PB_COUNT; b++) bytes[b] = e->plan->buf_count[b] * e->esize;
     tp_peer_publish(comm, e->bufs, bytes);
   }
   if (t->kind == COLL_ALLREDUCE && fault_hit("allreduce", comm->rank))
-    e->fault_step = e->plan.nsteps / 2;
+    e->fault_step = e->plan->nsteps / 2;
   return loomSuccess;
 }
 
@@ -153,8 +156,8 @@ static loomResult_t exec_prepare(struct comm_run* run) {
  * every side waits for its receivers to attach, inside the progress loop. */
 static loomResult_t exec_connect(struct exec* e, int* ready_out) {
   int ready = 1;
-  for (uint32_t i = 0; i < e->plan.nops; i++) {
-    const struct plan_op* op = &e->plan.ops[i];
+  for (uint32_t i = 0; i < e->plan->nops; i++) {
+    const struct plan_op* op = &e->plan->ops[i];
     if (op->kind != OP_SEND && op->kind != OP_RECV && op->kind != OP_RECV_REDUCE) continue;
     struct conn* c;
     LOOM_CHECK(tp_conn_get(e->comm, op->peer, op->kind == OP_SEND, e->lane, &c));
@@ -169,7 +172,7 @@ static loomResult_t exec_connect(struct exec* e, int* ready_out) {
 }
 
 static loomResult_t exec_post_step(struct exec* e) {
-  const struct plan_step* st = &e->plan.steps[e->step];
+  const struct plan_step* st = &e->plan->steps[e->step];
   uint32_t nops = st->op_end - st->op_begin;
   if (nops > e->xf_cap) {
     struct xfer* nx = realloc(e->xf, nops * sizeof(*nx));
@@ -180,7 +183,7 @@ static loomResult_t exec_post_step(struct exec* e) {
   e->nxf = 0;
   if (e->step == e->fault_step) raise(SIGKILL); /* LOOM_FAULT: debugging only */
   for (uint32_t i = st->op_begin; i < st->op_end; i++) {
-    const struct plan_op* op = &e->plan.ops[i];
+    const struct plan_op* op = &e->plan->ops[i];
     size_t bytes = op->count * e->esize;
     void* dst = ref_ptr(e, op->dst);
     const void* src = ref_ptr(e, op->src);
@@ -240,7 +243,7 @@ static loomResult_t exec_progress(struct exec* e, int* done_out, int* moved_out)
     e->connected = 1;
     *moved_out = 1;
   }
-  while (e->step < e->plan.nsteps) {
+  while (e->step < e->plan->nsteps) {
     if (!e->posted) {
       LOOM_CHECK(exec_post_step(e));
       *moved_out = 1;
@@ -269,21 +272,25 @@ static loomResult_t exec_progress(struct exec* e, int* done_out, int* moved_out)
 
 /* Names what e is waiting for, for the timeout message. */
 static void exec_describe_wait(const struct exec* e, char* buf, size_t len) {
+  if (!e->plan) {
+    snprintf(buf, len, "preparing its plan");
+    return;
+  }
   for (uint32_t i = 0; i < e->nxf; i++) {
     const struct xfer* x = &e->xf[i];
     if (x->state == 1) continue;
-    snprintf(buf, len, "step %u of %u, %s %zu bytes %s peer %d", e->step + 1, e->plan.nsteps,
+    snprintf(buf, len, "step %u of %u, %s %zu bytes %s peer %d", e->step + 1, e->plan->nsteps,
              x->conn->is_send ? "sending" : "receiving", x->bytes,
              x->conn->is_send ? "to" : "from", x->conn->peer);
     return;
   }
   if (e->sync_wait)
     snprintf(buf, len, "step %u of %u, waiting for its peers at a sync", e->step + 1,
-             e->plan.nsteps);
+             e->plan->nsteps);
   else if (!e->connected)
     snprintf(buf, len, "connecting to its peers");
   else
-    snprintf(buf, len, "step %u of %u", e->step + 1, e->plan.nsteps);
+    snprintf(buf, len, "step %u of %u", e->step + 1, e->plan->nsteps);
 }
 
 /* Checks what can end a wait: abort, a failed peer, the deadline. */
@@ -325,7 +332,7 @@ static loomResult_t run_progress(struct comm_run* run, int* moved) {
  * moment, so the error names the cause rather than a survivor that left. */
 static loomResult_t root_cause(struct loomComm* comm, loomResult_t r) {
   if (r != loomRemoteError) return r;
-  struct deadline grace = deadline_in_ms(500);
+  struct deadline grace = deadline_in_ms(1500); /* a loaded machine may delay the watcher */
   while (!deadline_passed(&grace)) {
     int e = atomic_load(&comm->async_error);
     if (e != loomSuccess && e != loomInProgress) return comm_health(comm);

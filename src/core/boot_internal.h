@@ -35,6 +35,7 @@ struct boot_link {
   struct boot_hdr hdr;
   size_t got;            /* bytes of header + payload read so far */
   struct boot_mail* msg; /* the payload being read, once the header passed */
+  uint64_t heard_ns;     /* when the last byte arrived (heartbeats) */
 };
 
 /* A message's payload; BOOT_DATA ones wait in the mailbox for
@@ -61,6 +62,9 @@ struct bootstrap {
   pthread_t watcher;
   int watcher_live;
   struct pollfd* watch_pfd; /* the watcher's, nlinks + 1 */
+  int ping_ms;              /* heartbeat period */
+  int silence_ms;           /* a link silent this long has failed */
+  uint64_t pinged_ns;       /* the last heartbeat sent */
   int* watch_link;          /* link index of each watch_pfd entry */
 
   pthread_mutex_t mail_lock;

@@ -16,6 +16,7 @@
 
 #include "boot_internal.h"
 #include "checks.h"
+#include "params.h"
 
 /* ---- State -------------------------------------------------------------------- */
 
@@ -217,6 +218,7 @@ static int link_hdr_ok(struct bootstrap* b, struct boot_link* l) {
     ok = 0;
   }
   int fits = (h->type == BOOT_DATA) || (h->type == BOOT_BYE && h->length == 0) ||
+             (h->type == BOOT_PING && h->length == 0) ||
              (h->type == BOOT_FAILED && l->peer == 0 && h->length == sizeof(struct boot_failed));
   if (ok && !fits) {
     snprintf(why, sizeof(why), "unexpected %s message of %u bytes", boot_type_name(h->type),
@@ -253,7 +255,9 @@ static void link_dispatch(struct bootstrap* b, struct boot_link* l) {
     pthread_mutex_unlock(&b->mail_lock);
     return;
   }
-  if (l->hdr.type == BOOT_BYE) {
+  if (l->hdr.type == BOOT_PING) {
+    /* Only its arrival matters (heard_ns). */
+  } else if (l->hdr.type == BOOT_BYE) {
     l->bye = 1;
     LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: peer %d said goodbye", l->peer);
   } else {
@@ -280,10 +284,51 @@ static void link_read(struct bootstrap* b, struct boot_link* l) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n < 0) return link_closed(b, l, errno);
+    l->heard_ns = time_now_ns();
     l->got += (size_t)n;
     if (l->got == hdr_len && !link_hdr_ok(b, l)) return;
     if (l->got == hdr_len + l->hdr.length) link_dispatch(b, l);
   }
+}
+
+/* Heartbeats: every rank pings the other end of each of its links, and a
+ * link silent for silence_ms has failed, as a closed one has. This is what
+ * notices a host or a network link that went down: TCP itself would stay
+ * quiet for many minutes. Rank 0 then tells the others, so every rank names
+ * the unreachable one. Pings never wait: a full socket skips a beat. */
+static void heartbeat(struct bootstrap* b) {
+  uint64_t now = time_now_ns();
+  if (atomic_load(&b->stopping)) return;
+  int ping = now - b->pinged_ns >= (uint64_t)b->ping_ms * 1000000u;
+  if (ping) b->pinged_ns = now;
+  struct boot_hdr h;
+  boot_hdr_fill(&h, b->comm->rank, BOOT_PING, 0, 0);
+  for (int i = 0; i < b->nlinks; i++) {
+    struct boot_link* l = &b->links[i];
+    if (l->fd < 0 || l->done || atomic_load(&l->dead)) continue;
+    if (ping) {
+      pthread_mutex_lock(&l->send_lock);
+      sock_send_nowait(l->fd, &h, sizeof(h));
+      pthread_mutex_unlock(&l->send_lock);
+    }
+    if (l->bye || now - l->heard_ns <= (uint64_t)b->silence_ms * 1000000u) continue;
+    l->done = 1;
+    char why[200];
+    snprintf(why, sizeof(why),
+             "peer %d has sent nothing on its bootstrap connection for %d ms: its host, its "
+             "network link or the process is down or stalled",
+             l->peer, b->silence_ms);
+    boot_peer_failed(b, l->peer, loomRemoteError, why);
+  }
+}
+
+static void heartbeat_init(struct bootstrap* b) {
+  long long s = params_get()->heartbeat_ms;
+  if (s <= 0) s = LOOM_MIN(LOOM_MAX(b->comm->timeout_ms / 2, 3000LL), 30000LL);
+  b->silence_ms = (int)LOOM_MIN(s, (long long)INT32_MAX);
+  b->ping_ms = LOOM_MAX(b->silence_ms / 5, 1);
+  b->pinged_ns = time_now_ns();
+  for (int i = 0; i < b->nlinks; i++) b->links[i].heard_ns = b->pinged_ns;
 }
 
 static void* watcher_main(void* arg) {
@@ -296,8 +341,9 @@ static void* watcher_main(void* arg) {
       b->watch_pfd[n] = (struct pollfd){.fd = b->links[i].fd, .events = POLLIN};
       b->watch_link[n++] = i;
     }
-    /* No timeout: the stop eventfd is the way out. */
-    if (poll(b->watch_pfd, (nfds_t)n, -1) < 0) {
+    /* The stop eventfd is the way out; the timeout paces the heartbeats. */
+    int ready = poll(b->watch_pfd, (nfds_t)n, b->ping_ms);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       comm_set_failed(b->comm, -1, loomSystemError, "bootstrap: the watcher's poll failed: %s",
                       strerror(errno));
@@ -305,8 +351,9 @@ static void* watcher_main(void* arg) {
       return NULL;
     }
     if (b->watch_pfd[0].revents) return NULL;
-    for (int k = 1; k < n; k++)
+    for (int k = 1; k < n && ready > 0; k++)
       if (b->watch_pfd[k].revents) link_read(b, &b->links[b->watch_link[k]]);
+    heartbeat(b);
   }
 }
 
@@ -321,6 +368,7 @@ loomResult_t boot_watcher_start(struct bootstrap* b) {
   if (b->stop_fd < 0)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: eventfd failed: %s",
                        strerror(errno));
+  heartbeat_init(b);
   int rc = pthread_create(&b->watcher, NULL, watcher_main, b);
   if (rc != 0)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,

@@ -25,7 +25,8 @@ _Static_assert(sizeof(struct boot_hdr) == 24, "the wire header is 24 bytes");
 const char* boot_type_name(unsigned type) {
   static const char* const names[BOOT_TYPE_MAX] = {
       [BOOT_HELLO] = "hello", [BOOT_TABLE] = "table",   [BOOT_DATA] = "data",
-      [BOOT_BYE] = "bye",     [BOOT_FAILED] = "failed", [BOOT_REFUSED] = "refused"};
+      [BOOT_BYE] = "bye",     [BOOT_FAILED] = "failed", [BOOT_REFUSED] = "refused",
+      [BOOT_PING] = "ping"};
   return (type > 0 && type < BOOT_TYPE_MAX) ? names[type] : "unknown";
 }
 
@@ -250,4 +251,21 @@ loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen
   }
   id_fill(id_out, &addr, secret);
   return loomSuccess;
+}
+
+/* ---- What other layers may read --------------------------------------------- */
+
+uint64_t boot_secret(const struct loomComm* comm) { return comm->boot->secret; }
+
+int boot_route_addr(const struct loomComm* comm, union sock_addr* addr_out) {
+  const struct bootstrap* b = comm->boot;
+  for (int i = 0; b != NULL && i < b->nlinks; i++) {
+    union sock_addr a;
+    socklen_t len = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    if (b->links[i].fd < 0 || getsockname(b->links[i].fd, &a.sa, &len) != 0) continue;
+    *addr_out = a;
+    return 0;
+  }
+  return -1;
 }

@@ -41,6 +41,7 @@ enum boot_msg_type {
   BOOT_BYE,       /* either way: clean goodbye, closing is not a failure */
   BOOT_FAILED,    /* root -> rank: payload struct boot_failed */
   BOOT_REFUSED,   /* root -> rank: payload is a text saying why */
+  BOOT_PING,      /* either way, no payload: I am alive (heartbeat) */
   BOOT_TYPE_MAX
 };
 struct boot_hdr {
@@ -106,6 +107,15 @@ loomResult_t boot_init(struct loomComm* comm, const struct boot_id* id,
 loomResult_t boot_allgather(struct loomComm* comm, const void* in, size_t len, void* out,
                             const struct deadline* dl);
 loomResult_t boot_barrier(struct loomComm* comm, const struct deadline* dl);
+/* The communicator's secret: what every connection of it must present
+ * (transports check it in their own handshakes). Pure. */
+uint64_t boot_secret(const struct loomComm* comm);
+/* The local address of this rank's bootstrap connection to rank 0 (rank 0:
+ * of its connection from the lowest rank), i.e. the interface on the route
+ * to the root; the port means nothing. Returns 0, or -1 when there is no
+ * such connection (one rank). Logs nothing; never blocks. */
+union sock_addr;
+int boot_route_addr(const struct loomComm* comm, union sock_addr* addr_out);
 /* Says goodbye (clean == 1) or just closes (abort), stops the watcher and
  * frees. Never blocks on peers. */
 void boot_fini(struct loomComm* comm, int clean);

@@ -60,6 +60,11 @@ static double sync_us(const struct tune_consts* k, int n) {
   return k->step_us * log2_ceil(n);
 }
 
+/* The fixed cost of one direct read: a system call between processes. */
+static double read_call(const struct tune_consts* k) {
+  return k->read_gbps > 0 ? k->read_call_us : k->cma_us;
+}
+
 /* Bytes per microsecond of a direct plan's reads. */
 static double read_bw(const struct tune_consts* k) {
   double g = k->read_gbps > 0 ? k->read_gbps : k->cma_gbps > 0 ? k->cma_gbps : k->copy_gbps;
@@ -91,11 +96,14 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
     /* Direct reads: a sync is about one step; each byte read from a peer
      * is one copy (cross-memory attach) or a load before it is reduced. */
     case TUNE_ONESHOT: {
-      double D = read_bw(k);
-      return 2 * sync_us(k, n) + (n - 1) * S / D + (n - 1) * S / R + 2 * S / B;
+      double D = read_bw(k), reads = (n - 1) * slices(S, sl);
+      return 2 * sync_us(k, n) + reads * read_call(k) + (n - 1) * S / D + (n - 1) * S / R + 2 * S / B;
     }
-    case TUNE_TWOSHOT:
-      return 3 * sync_us(k, n) + 2.0 * (n - 1) / n * S / read_bw(k) + (double)(n - 1) / n * S / R;
+    case TUNE_TWOSHOT: {
+      double reads = (n - 1) * (slices(S / n, sl) + 1);
+      return 3 * sync_us(k, n) + reads * read_call(k) + 2.0 * (n - 1) / n * S / read_bw(k) +
+             (double)(n - 1) / n * S / R;
+    }
     default: return -1;
   }
 }
@@ -103,12 +111,12 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
 /* The single-read plans of direct.c (TUNE_READ). */
 static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, double S) {
   double B = 2 * k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3, D = read_bw(k);
-  double part = (double)(n - 1) / n * S;
+  double part = (double)(n - 1) / n * S, calls = (n - 1) * read_call(k);
   switch (coll) {
-    case TUNE_ALLGATHER: return 2 * sync_us(k, n) + part / D + S / n / B;
-    case TUNE_REDUCESCATTER: return 2 * sync_us(k, n) + part / D + part / R;
-    case TUNE_BROADCAST: return 2 * sync_us(k, n) + S / D;
-    case TUNE_ALLTOALL: return 2 * sync_us(k, n) + part / D + S / B;
+    case TUNE_ALLGATHER: return 2 * sync_us(k, n) + calls + part / D + S / n / B;
+    case TUNE_REDUCESCATTER: return 2 * sync_us(k, n) + calls + part / D + part / R;
+    case TUNE_BROADCAST: return 2 * sync_us(k, n) + read_call(k) + S / D;
+    case TUNE_ALLTOALL: return 2 * sync_us(k, n) + calls + part / D + S / B;
     default: return -1;
   }
 }

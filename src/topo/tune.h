@@ -46,10 +46,12 @@ struct tune_consts {
   double reduce_gbps; /* one rank's reduction bandwidth, GB/s of output */
   int ncpus;          /* ranks beyond this share cores */
   double cma_gbps;    /* reading another process's memory by process_vm_readv, GB/s */
+  double cma_us;      /* ... and the cost of one such call (a system call) */
   /* Direct plans' read bandwidth for one communicator: plain loads for
    * thread ranks (twice copy_gbps: one copy, not two), cma_gbps between
    * processes. 0: cma_gbps. Set by the communicator, not calibrated. */
   double read_gbps;
+  double read_call_us; /* per read: cma_us between processes, 0 for loads */
 };
 
 /* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh

@@ -96,7 +96,10 @@ loomResult_t peer_comm_init(struct loomComm* comm) {
   self->probe_value = ps->probe_word;
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   LOOM_CHECK(boot_barrier(comm, &dl));
-  int ok = params_get()->direct != 0;
+  /* Direct plans stand in for shm and local; when LOOM_TRANSPORTS asks for
+   * neither (sockets only, say) they stay off. */
+  int ok = params_get()->direct != 0 &&
+           (tp_transport_allowed("shm") || tp_transport_allowed("local"));
   for (int p = 0; p < comm->nranks && ok; p++)
     if (p != comm->rank) ok = tp_pub(comm, p) != NULL && probe_peer(comm, p);
   int* all = calloc((size_t)comm->nranks, sizeof(int));

@@ -17,6 +17,7 @@
 
 #define RANK_SEG_MAGIC 0x4c4d52414e4b3031ULL /* "LMRANK01" */
 #define RANK_SEG_BYTES 4096
+#define TP_MAX_TRANSPORTS 8
 
 /* What a rank shares with the peers on its host. */
 struct rank_seg {
@@ -34,11 +35,56 @@ struct tp_comm {
   int spin;
   int same_host_ranks;
   struct peer_state* peer; /* peer.c */
+  int allowed[TP_MAX_TRANSPORTS]; /* by LOOM_TRANSPORTS, index in all_transports */
+  void* state[TP_MAX_TRANSPORTS]; /* each transport's own (tp_comm_state) */
 };
 
-static const struct loom_transport* const all_transports[] = {&loom_transport_local,
-                                                              &loom_transport_shm};
+/* In order of preference: a pair of ranks uses the first that can join them. */
+static const struct loom_transport* const all_transports[] = {
+    &loom_transport_local, &loom_transport_shm, &loom_transport_socket};
 #define NTRANSPORTS ((int)(sizeof(all_transports) / sizeof(all_transports[0])))
+_Static_assert(NTRANSPORTS <= TP_MAX_TRANSPORTS, "raise TP_MAX_TRANSPORTS");
+
+static int transport_allowed(const char* name);
+
+int tp_transport_allowed(const char* name) { return transport_allowed(name); }
+
+/* The transport that joins rank a to rank b, or NULL. can_connect is a pure
+ * query: a failure of it counts as "cannot". */
+static const struct loom_transport* transport_pick(const struct loomComm* comm, int a, int b) {
+  for (int i = 0; i < NTRANSPORTS; i++) {
+    int ok = 0;
+    if (!comm->tp->allowed[i]) continue;
+    if (all_transports[i]->can_connect(&comm->peers[a], &comm->peers[b], &ok) == loomSuccess && ok)
+      return all_transports[i];
+  }
+  return NULL;
+}
+
+/* Each transport's per-communicator setup, told whether any pair of ranks
+ * will use it: the peer table and LOOM_TRANSPORTS are the same on every
+ * rank, so every rank reaches the same answer and the collective ones agree. */
+static loomResult_t transports_comm_init(struct loomComm* comm) {
+  int used[TP_MAX_TRANSPORTS] = {0}, nused = 0;
+  for (int a = 0; a < comm->nranks && nused < NTRANSPORTS; a++)
+    for (int b = 0; b < comm->nranks; b++) {
+      const struct loom_transport* t = transport_pick(comm, a, b); /* a == b: sends to self */
+      for (int i = 0; t && i < NTRANSPORTS; i++)
+        if (all_transports[i] == t && !used[i]) used[i] = 1, nused++;
+    }
+  for (int i = 0; i < NTRANSPORTS; i++) LOOM_CHECK(all_transports[i]->comm_init(comm, used[i]));
+  return loomSuccess;
+}
+
+loomResult_t tp_comm_init_none(struct loomComm* comm, int used) {
+  return loomSuccess;
+}
+
+void** tp_comm_state(struct loomComm* comm, const struct loom_transport* t) {
+  for (int i = 0; i < NTRANSPORTS; i++)
+    if (all_transports[i] == t) return &comm->tp->state[i];
+  return NULL; /* not reached: every transport is in all_transports */
+}
 
 static void rank_seg_name(const struct loomComm* comm, int rank, char* buf, size_t len) {
   snprintf(buf, len, "/loom-%016llx-r%d", (unsigned long long)comm->comm_hash, rank);
@@ -128,8 +174,13 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
   char name[64];
   rank_seg_name(comm, comm->rank, name, sizeof(name));
   shm_unlink(name);
+  for (int i = 0; i < NTRANSPORTS; i++) tp->allowed[i] = transport_allowed(all_transports[i]->name);
+  LOOM_CHECK(transports_comm_init(comm));
+  /* A rank that uses sockets has a network thread too: spinning would take
+   * its core. */
+  int threads = tp->same_host_ranks * (*tp_comm_state(comm, &loom_transport_socket) ? 2 : 1);
   long long spin = params_get()->spin_count;
-  if (spin < 0) spin = tp->same_host_ranks > cpus_online() ? 0 : 2000;
+  if (spin < 0) spin = threads > cpus_online() ? 0 : 2000;
   tp->spin = (int)spin;
   return loomSuccess;
 }
@@ -195,12 +246,8 @@ loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, int lane,
     *conn_out = *slot;
     return loomSuccess;
   }
-  for (int i = 0; i < NTRANSPORTS; i++) {
-    const struct loom_transport* t = all_transports[i];
-    int ok = 0;
-    if (!transport_allowed(t->name)) continue;
-    LOOM_CHECK(t->can_connect(&comm->peers[comm->rank], &comm->peers[peer], &ok));
-    if (!ok) continue;
+  const struct loom_transport* t = transport_pick(comm, comm->rank, peer);
+  if (t != NULL) {
     LOOM_CHECK(t->connect(comm, peer, is_send, lane, slot));
     LOOM_INFO(SUB_INIT, "rank %d: %s connection %s peer %d over %s", comm->rank,
               is_send ? "send" : "receive", is_send ? "to" : "from", peer, t->name);
@@ -230,7 +277,10 @@ struct peer_pub* tp_pub(struct loomComm* comm, int rank) {
 
 struct peer_state** tp_peer_state_slot(struct loomComm* comm) { return &comm->tp->peer; }
 
-const char* tp_list_available(void) { return "local (thread ranks of one process), shm (processes on one host)"; }
+const char* tp_list_available(void) {
+  return "local (thread ranks of one process), shm (processes on one host), socket (TCP, any "
+         "ranks)";
+}
 
 void conn_queue_push(struct conn* c, struct xfer* x) {
   x->next = NULL;

@@ -65,6 +65,13 @@ struct loom_transport {
   /* Withdraws what is queued as cancel does, then releases the connection.
    * Never blocks on peers. */
   loomResult_t (*close)(struct conn* c);
+  /* Once per communicator at init, after the rank's doorbell exists, on every
+   * rank in the same order. used: some pair of ranks of comm will connect
+   * over this transport (the same on every rank, computed from the peer
+   * table), so a transport that needs a collective exchange (boot_allgather)
+   * does it only then. May block, up to comm->timeout_ms. Keeps its state in
+   * *tp_comm_state(comm, tp). */
+  loomResult_t (*comm_init)(struct loomComm* comm, int used);
   /* Once per communicator at teardown, after every connection is closed:
    * releases what the transport shares for it (names a failed peer may have
    * left behind). failed: the communicator is in error. Never blocks. */
@@ -108,6 +115,12 @@ void tp_comm_cancel(struct loomComm* comm);
 struct bell* tp_self_bell(struct loomComm* comm);
 /* Peer's doorbell (peers on this host). */
 struct bell* tp_peer_bell(struct loomComm* comm, int peer);
+/* Where transport t keeps its per-communicator state (NULL until its
+ * comm_init sets it). */
+void** tp_comm_state(struct loomComm* comm, const struct loom_transport* t);
+/* The shared comm_init of transports with nothing to set up per
+ * communicator. */
+loomResult_t tp_comm_init_none(struct loomComm* comm, int used);
 /* How many polls a waiter should spin before sleeping. */
 int tp_spin_count(struct loomComm* comm);
 /* Names of the transports usable here (loom_info). */
@@ -120,6 +133,8 @@ const char* tp_list_available(void);
  * and for loomMemAlloc memory (mapped by the peer), cross-memory attach
  * (process_vm_readv) for any other memory. Peers only read. */
 
+/* 1 when LOOM_TRANSPORTS allows the transport of that name. */
+int tp_transport_allowed(const char* name);
 /* 1 when every rank of comm is on this host and can read every other's
  * memory (agreed by all ranks at init, so all plan alike), and LOOM_DIRECT
  * allows it. */
@@ -157,5 +172,6 @@ void conn_queue_pop(struct conn* c); /* drops the head */
 
 extern const struct loom_transport loom_transport_local;
 extern const struct loom_transport loom_transport_shm;
+extern const struct loom_transport loom_transport_socket;
 
 #endif

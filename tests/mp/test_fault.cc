@@ -15,6 +15,7 @@
 // Every suite here starts with "Fault" so that a filter can pick them out
 // ("Fault*:*/Fault*").
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -244,6 +245,41 @@ INSTANTIATE_TEST_SUITE_P(Ranks, FaultAllReduce,
                          ::testing::Combine(::testing::ValuesIn(kDeaths),
                                             ::testing::Values(Release::Held, Release::AtOnce)),
                          allreduce_death_name);
+
+// ---- A rank that stops answering (its host or link down) --------------------------------
+
+// A rank stops dead (SIGSTOP: its sockets stay open, so nothing closes, as
+// when a host loses its network link). Heartbeats notice the silence: the
+// others' all-reduce returns loomRemoteError naming the silent rank within
+// the heartbeat window plus a margin, long before the communicator's own
+// timeout. Rank 0 then kills the stopped process.
+TEST(FaultHeartbeat, ASilentRankIsNamedBeforeTheTimeout) {
+  const int n = 3, silent = 2;
+  harness::Opts o;
+  o.comm_timeout_ms = kLongTimeoutMs;
+  o.timeout_s = 90;
+  o.env = {{"LOOM_HEARTBEAT_MS", "1500"}};
+  o.expect_killed = {silent};
+  harness::run(
+      n, Mode::Proc,
+      [](Ctx& c) {
+        // Everyone learns the silent rank's pid first.
+        std::vector<int64_t> pids(n, 0);
+        pids[c.rank] = getpid();
+        ASSERT_LOOM_OK(loomAllReduce(pids.data(), pids.data(), n, loomInt64, loomSum, c.comm, nullptr));
+        if (c.rank == silent) raise(SIGSTOP);
+        std::vector<float> send(kBigCount, 1.0f), recv(kBigCount, 0.0f);
+        auto t0 = Clock::now();
+        loomResult_t r = loomAllReduce(send.data(), recv.data(), kBigCount, loomFloat32, loomSum,
+                                       c.comm, nullptr);
+        double s = since(t0);
+        EXPECT_EQ(r, loomRemoteError) << loomGetErrorString(r) << ": " << loomGetLastError(nullptr);
+        EXPECT_TRUE(names_rank(loomGetLastError(c.comm), silent)) << loomGetLastError(c.comm);
+        EXPECT_LT(s, 1.5 + kDetectS) << "rank " << c.rank << " took " << s << " s to notice";
+        if (c.rank == 0) kill((pid_t)pids[silent], SIGKILL);
+      },
+      o);
+}
 
 // ---- loomCommAbort ---------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ extern "C" {
 
 namespace {
 
-const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 0.0};
+const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 0.0, 0.0};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
 // The families that pass messages through FIFOs (no direct reads).
 const unsigned kFifo = kAll & ~((1u << TUNE_ONESHOT) | (1u << TUNE_TWOSHOT) | (1u << TUNE_READ));

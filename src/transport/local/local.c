@@ -278,5 +278,6 @@ const struct loom_transport loom_transport_local = {
     .test = local_test,
     .cancel = local_cancel,
     .close = local_close,
+    .comm_init = tp_comm_init_none,
     .comm_fini = local_comm_fini,
 };

@@ -296,5 +296,6 @@ const struct loom_transport loom_transport_shm = {
     .test = shm_test,
     .cancel = shm_cancel,
     .close = shm_close,
+    .comm_init = tp_comm_init_none,
     .comm_fini = shm_comm_fini,
 };

@@ -1,0 +1,222 @@
+/* socket.h - the socket transport's insides, shared by socket.c (the table:
+ * what the executor calls), socket_net.c (the network thread: epoll,
+ * accepting, handshakes, connecting) and socket_stream.c (moving frames).
+ *
+ * Threads. The executor thread(s) of a communicator post transfers and test
+ * them; one network thread per communicator does every socket call. A
+ * connection's lock guards its message ring and its streams' progress: the
+ * network thread holds it while it reads or writes the caller's buffers, so
+ * cancel and close, which take it, know that no byte of a withdrawn
+ * transfer moves once they return. Completion is published through an
+ * atomic counter, so test() takes no lock.
+ *
+ * Wire. The connecting side (the sender) opens nstreams TCP streams per
+ * (peer, direction, lane) connection and starts each with a struct
+ * sock_hello. Then every message goes as one or more frames, each a struct
+ * sock_frame and len payload bytes; the frames of a message are cut at
+ * LOOM_SOCKET_CHUNK and dealt round robin over the streams. The receiver
+ * needs no knowledge of the dealing: each frame says which message it
+ * belongs to and where its bytes go. Host byte order: both ends run the
+ * same build (a foreign byte order fails the magic checks). */
+#ifndef LOOM_TRANSPORT_SOCKET_H
+#define LOOM_TRANSPORT_SOCKET_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../../core/sock.h"
+#include "../transport.h"
+
+#define SOCK_HELLO_MAGIC 0x4c4d534bu /* "LMSK" */
+#define SOCK_FRAME_MAGIC 0x4c4d4652u /* "LMFR" */
+#define SOCK_WIRE_VERSION 1
+#define SOCK_MAX_STREAMS 16
+/* A connection that has not said a complete hello by then is dropped. */
+#define SOCK_HELLO_MS 10000
+/* Connections not yet matched to a receiving connection, at most. */
+#define SOCK_MAX_PENDING 1024
+
+struct sock_hello {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t bytes; /* sizeof(struct sock_hello) */
+  uint64_t secret;
+  uint64_t comm_hash;
+  int32_t src; /* the sending rank */
+  int32_t dst; /* the rank it means to reach */
+  uint16_t lane;
+  uint16_t stream;
+  uint16_t nstreams;
+  uint16_t pad;
+};
+
+struct sock_frame {
+  uint32_t magic;
+  uint32_t len;     /* payload bytes after this header */
+  uint32_t nframes; /* frames of the whole message */
+  uint32_t pad;
+  uint64_t seq;       /* the message's number on its connection, from 0 */
+  uint64_t msg_bytes; /* the whole message */
+  uint64_t offset;    /* of this frame's payload in the message */
+};
+
+/* What epoll hands back: the first member of everything registered. */
+enum sock_ep_kind { EP_WAKE, EP_LISTEN, EP_HELLO, EP_STREAM };
+struct sock_ep {
+  enum sock_ep_kind kind;
+};
+
+/* One posted transfer, as the network thread tracks it. */
+struct sock_msg {
+  struct xfer* x;
+  uint32_t nframes;     /* receiver: 0 until the first frame says */
+  uint32_t frames_done; /* frames moved completely */
+  uint32_t first;       /* sender: the stream of frame 0 */
+  size_t bytes_done;    /* receiver: payload bytes landed */
+};
+
+enum sock_stream_state {
+  ST_IDLE,       /* no socket yet */
+  ST_CONNECTING, /* sender: connect() in flight */
+  ST_RETRY,      /* sender: waiting to connect again */
+  ST_UP,
+  ST_FINISHED /* the peer closed it at a frame boundary */
+};
+
+struct sock_conn;
+
+struct sock_stream {
+  struct sock_ep ep; /* first: EP_STREAM */
+  struct sock_conn* conn;
+  int index;
+  int fd;
+  enum sock_stream_state state;
+  /* Sender. */
+  uint64_t retry_at_ns;
+  long long backoff_ms;
+  size_t hello_sent;
+  struct sock_hello hello;
+  uint64_t seq;  /* the message whose frames it sends now */
+  int64_t frame; /* its next frame in that message; -1: not worked out */
+  struct sock_frame out;
+  size_t out_done; /* bytes of header + payload of the current frame sent */
+  /* Receiver. */
+  struct sock_frame in;
+  size_t in_got;  /* header bytes read */
+  int in_checked; /* the header matched its posted message */
+  size_t pay_got; /* payload bytes read (into dst or the bounce buffer) */
+  char* bounce;   /* reduce receives: the incoming bytes before reducing */
+  size_t bounce_have;
+};
+
+struct sock_conn {
+  struct conn base; /* first */
+  struct sock_comm* sc;
+  pthread_mutex_t lock;
+  /* Under lock. Messages head..tail-1 are posted, not all done; message s
+   * lives at ring[s & (cap - 1)]. */
+  struct sock_msg* ring;
+  uint64_t cap, head, tail;
+  int dead;      /* cancelled or closed: touch none of its buffers */
+  int peer_gone; /* the peer closed its end; why says how */
+  int nstreams;  /* receiver: 0 until the first hello */
+  int nup;       /* streams up */
+  uint32_t rr;   /* sender: the stream of the next frame dealt */
+  struct sock_stream streams[SOCK_MAX_STREAMS];
+  /* Read without the lock. */
+  _Atomic uint64_t completed; /* messages before this one are done */
+  _Atomic int up;             /* every stream is up */
+  _Atomic int broken;         /* set once, after why and code */
+  loomResult_t code;
+  char why[256];
+  /* The thread's lists. */
+  _Atomic int queued; /* on sc->dirty */
+  struct sock_conn* next_new;
+  struct sock_conn* next_dirty;
+  struct sock_conn* next_closing;
+  /* The network thread's own. */
+  struct sock_conn* next_all;
+  struct sock_conn* prev_all;
+  struct sock_conn* next_batch;
+  int in_batch;   /* on this round's list of connections to progress */
+  int connecting; /* sender, counted in sc->nconnecting */
+  struct deadline connect_dl;
+};
+
+/* A connection accepted by the listener: reading its hello, or (parked)
+ * waiting for the receiving connection it names to exist. */
+struct sock_pending {
+  struct sock_ep ep; /* first: EP_HELLO */
+  int fd;
+  union sock_addr addr;
+  struct deadline dl;
+  size_t got;
+  struct sock_hello hello;
+  int parked;
+  struct sock_pending* next;
+};
+
+/* The transport's state for one communicator. */
+struct sock_comm {
+  struct loomComm* comm;
+  uint64_t secret;
+  int nstreams;
+  size_t chunk;
+  size_t bufsize;
+  union sock_addr* addrs; /* every rank's listening address */
+  int listen_fd, ep_fd, wake_fd;
+  struct sock_ep listen_ep, wake_ep;
+  pthread_t thread;
+  int thread_live;
+  /* Under lock: what the executor hands the thread. */
+  pthread_mutex_t lock;
+  struct sock_conn* new_list;
+  struct sock_conn* dirty_list;
+  struct sock_conn* closing_list;
+  int stop;
+  /* The network thread's own. */
+  struct sock_conn** recv_by_key; /* [lane * nranks + peer] */
+  struct sock_conn* all;
+  struct sock_pending* pending;
+  int npending;    /* on the list, parked or not */
+  int nhello;      /* of them, still reading their hello (they have deadlines) */
+  int nconnecting; /* sender connections not up yet (they retry on a timer) */
+};
+
+/* ---- socket.c: helpers the thread uses ---- */
+
+/* Records why the connection cannot go on (once) and wakes the rank. Takes
+ * nothing: the caller holds c->lock. */
+void sock_conn_break(struct sock_conn* c, loomResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The peer closed its end: an error for what is posted or comes later. */
+void sock_conn_peer_gone(struct sock_conn* c, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Retires the leading finished messages, publishes the count and wakes
+ * the rank. Under c->lock. */
+void sock_conn_retire(struct sock_conn* c);
+/* Rings this rank's doorbell. */
+void sock_wake_rank(struct sock_comm* sc);
+/* Tells the network thread to look at c (any thread). */
+void sock_conn_kick(struct sock_conn* c);
+/* Frees a connection nobody references any more. */
+void sock_conn_free(struct sock_conn* c);
+
+/* ---- socket_net.c: the network thread ---- */
+
+loomResult_t sock_net_start(struct sock_comm* sc);
+/* Wakes the network thread to look at its lists (any thread). */
+void sock_thread_wake(struct sock_comm* sc);
+/* Stops the thread and joins it; then releases every socket it owned.
+ * Never blocks on peers. */
+void sock_net_stop(struct sock_comm* sc);
+
+/* ---- socket_stream.c: frames, under c->lock, on the network thread ---- */
+
+/* Moves what it can on every stream of c without waiting. */
+void sock_stream_progress(struct sock_conn* c);
+/* A sender stream just connected: its hello goes first. */
+void sock_stream_hello_init(struct sock_conn* c, struct sock_stream* s);
+
+#endif

@@ -1,0 +1,544 @@
+/* socket_net.c - the network thread of one communicator: one epoll loop
+ * over the listening socket, the connections being accepted, every stream,
+ * and an eventfd through which the executor hands over new connections,
+ * posted transfers and closed connections.
+ *
+ * A round: wait for events (at most SOCK_TICK_MS while a hello or a connect
+ * has a deadline), handle them, then the executor's lists, then progress
+ * every connection that something happened to, then timers; connections
+ * closed by the executor are freed last, when no event of the round can
+ * name them any more.
+ *
+ * Accepting never blocks the thread: the listener and every accepted
+ * socket are non-blocking, and each accepted socket keeps its own partial
+ * hello. Whatever is not a correct hello for this communicator and rank
+ * (garbage, a wrong secret, an unknown rank, silence past SOCK_HELLO_MS)
+ * costs one WARN and a close; the communicator never sees it. */
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "../../core/checks.h"
+#include "socket.h"
+
+#define SOCK_TICK_MS 10
+#define SOCK_BACKOFF_FIRST_MS 10
+#define SOCK_BACKOFF_MAX_MS 500
+#define SOCK_EVENTS 64
+
+void sock_thread_wake(struct sock_comm* sc) {
+  uint64_t one = 1;
+  ssize_t n;
+  do {
+    n = write(sc->wake_fd, &one, sizeof(one));
+  } while (n < 0 && errno == EINTR); /* EAGAIN: the count is huge, it is awake anyway */
+}
+
+static const char* lane_name(int lane) {
+  return lane == LANE_P2P ? "p2p" : "collective";
+}
+
+static void batch_add(struct sock_conn** batch, struct sock_conn* c) {
+  if (c->in_batch) return;
+  c->in_batch = 1;
+  c->next_batch = *batch;
+  *batch = c;
+}
+
+/* ---- Accepting --------------------------------------------------------------- */
+
+static void pending_unlink(struct sock_comm* sc, struct sock_pending* p) {
+  for (struct sock_pending** pp = &sc->pending; *pp; pp = &(*pp)->next)
+    if (*pp == p) {
+      *pp = p->next;
+      break;
+    }
+  sc->npending--;
+  if (!p->parked) sc->nhello--;
+}
+
+static void pending_drop(struct sock_comm* sc, struct sock_pending* p, const char* why) {
+  char text[SOCK_ADDR_STRLEN];
+  LOOM_WARN(SUB_NET, "rank %d: socket transport refused a connection from %s: %s", sc->comm->rank,
+            sock_addr_str(&p->addr, text, sizeof(text)), why);
+  pending_unlink(sc, p);
+  sock_close(p->fd);
+  free(p);
+}
+
+/* Why a hello is not for us, or NULL. */
+static const char* hello_problem(const struct sock_comm* sc, const struct sock_hello* h, char* buf,
+                                 size_t len) {
+  const struct loomComm* comm = sc->comm;
+  if (h->magic != SOCK_HELLO_MAGIC) return "not a Loom socket hello (garbage, or another program)";
+  if (h->version != SOCK_WIRE_VERSION || h->bytes != sizeof(*h)) {
+    snprintf(buf, len, "wire version %u (%u bytes); this rank speaks version %u", h->version,
+             h->bytes, SOCK_WIRE_VERSION);
+    return buf;
+  }
+  if (h->secret != sc->secret) return "wrong secret";
+  if (h->comm_hash != comm->comm_hash) return "it belongs to another communicator";
+  if (h->src < 0 || h->src >= comm->nranks) {
+    snprintf(buf, len, "unknown rank %d (the communicator has %d)", h->src, comm->nranks);
+    return buf;
+  }
+  if (h->dst != comm->rank) {
+    snprintf(buf, len, "rank %d meant to reach rank %d, not this one", h->src, h->dst);
+    return buf;
+  }
+  if (h->lane >= LANE_COUNT || h->nstreams < 1 || h->nstreams > SOCK_MAX_STREAMS ||
+      h->stream >= h->nstreams) {
+    snprintf(buf, len, "rank %d sent lane %u, stream %u of %u", h->src, h->lane, h->stream,
+             h->nstreams);
+    return buf;
+  }
+  return NULL;
+}
+
+/* Makes a checked connection stream s of c. Returns why not, or NULL. */
+static const char* stream_attach(struct sock_comm* sc, struct sock_conn* c, struct sock_pending* p,
+                                 char* buf, size_t len) {
+  const struct sock_hello* h = &p->hello;
+  const char* why = NULL;
+  pthread_mutex_lock(&c->lock);
+  if (c->dead)
+    why = "its connection was already closed";
+  else if (c->nstreams != 0 && c->nstreams != h->nstreams) {
+    snprintf(buf, len, "rank %d announced %u streams, its earlier streams %d", h->src, h->nstreams,
+             c->nstreams);
+    why = buf;
+  } else if (c->streams[h->stream].fd >= 0) {
+    snprintf(buf, len, "rank %d opened stream %u twice", h->src, h->stream);
+    why = buf;
+  }
+  if (why == NULL) {
+    struct sock_stream* s = &c->streams[h->stream];
+    c->nstreams = h->nstreams;
+    s->fd = p->fd;
+    s->state = ST_UP;
+    if (++c->nup == c->nstreams) {
+      atomic_store_explicit(&c->up, 1, memory_order_release);
+      sock_wake_rank(sc);
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (why != NULL) return why;
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET,
+                           .data.ptr = &c->streams[h->stream].ep};
+  epoll_ctl(sc->ep_fd, EPOLL_CTL_MOD, p->fd, &ev);
+  pending_unlink(sc, p);
+  free(p);
+  return NULL;
+}
+
+/* A complete hello: check it, then attach or park. */
+static void hello_done(struct sock_comm* sc, struct sock_pending* p, struct sock_conn** batch) {
+  char buf[160];
+  const char* why = hello_problem(sc, &p->hello, buf, sizeof(buf));
+  if (why != NULL) {
+    pending_drop(sc, p, why);
+    return;
+  }
+  const struct sock_hello* h = &p->hello;
+  struct sock_conn* c =
+      sc->recv_by_key[(size_t)h->lane * (size_t)sc->comm->nranks + (size_t)h->src];
+  if (c != NULL) {
+    why = stream_attach(sc, c, p, buf, sizeof(buf));
+    if (why != NULL)
+      pending_drop(sc, p, why);
+    else
+      batch_add(batch, c); /* data may be waiting already */
+    return;
+  }
+  for (struct sock_pending* q = sc->pending; q; q = q->next)
+    if (q->parked && q->hello.src == h->src && q->hello.lane == h->lane &&
+        q->hello.stream == h->stream) {
+      snprintf(buf, sizeof(buf), "rank %d opened %s stream %u twice", h->src, lane_name(h->lane),
+               h->stream);
+      pending_drop(sc, p, buf);
+      return;
+    }
+  p->parked = 1; /* until this rank makes its receiving connection */
+  sc->nhello--;
+}
+
+static void hello_read(struct sock_comm* sc, struct sock_pending* p, struct sock_conn** batch) {
+  if (p->parked) return; /* what follows the hello is the connection's */
+  while (p->got < sizeof(p->hello)) {
+    ssize_t n = recv(p->fd, (char*)&p->hello + p->got, sizeof(p->hello) - p->got, MSG_DONTWAIT);
+    if (n > 0) {
+      p->got += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    pending_drop(sc, p, n == 0 ? "closed before a complete hello" : strerror(errno));
+    return;
+  }
+  hello_done(sc, p, batch);
+}
+
+static void net_accept(struct sock_comm* sc, struct sock_conn** batch) {
+  for (;;) {
+    union sock_addr a;
+    socklen_t len = sizeof(a);
+    int fd = accept4(sc->listen_fd, &a.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        LOOM_WARN(SUB_NET, "rank %d: socket transport: accept failed: %s", sc->comm->rank,
+                  strerror(errno));
+      return;
+    }
+    struct sock_pending* p = calloc(1, sizeof(*p));
+    if (p == NULL || sc->npending >= SOCK_MAX_PENDING) {
+      char text[SOCK_ADDR_STRLEN];
+      LOOM_WARN(SUB_NET, "rank %d: socket transport refused a connection from %s: %d are pending",
+                sc->comm->rank, sock_addr_str(&a, text, sizeof(text)), sc->npending);
+      free(p);
+      sock_close(fd);
+      continue;
+    }
+    p->ep.kind = EP_HELLO;
+    p->fd = fd;
+    p->addr = a;
+    p->dl = deadline_in_ms(LOOM_MIN(sc->comm->timeout_ms, (long long)SOCK_HELLO_MS));
+    p->next = sc->pending;
+    sc->pending = p;
+    sc->npending++;
+    sc->nhello++;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = &p->ep};
+    if (epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      pending_drop(sc, p, strerror(errno));
+      continue;
+    }
+    hello_read(sc, p, batch);
+  }
+}
+
+/* ---- Connecting (senders) ---------------------------------------------------- */
+
+static void stream_tune(const struct sock_comm* sc, int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* frames are latency-bound */
+  if (sc->bufsize > 0) {
+    int b = (int)sc->bufsize;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
+  }
+}
+
+static int connect_retryable(int err) {
+  return err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET || err == ECONNABORTED ||
+         err == EHOSTUNREACH || err == ENETUNREACH || err == EAGAIN || err == EINTR;
+}
+
+static void connecting_done(struct sock_comm* sc, struct sock_conn* c) {
+  if (!c->connecting) return;
+  c->connecting = 0;
+  sc->nconnecting--;
+}
+
+/* A connect attempt failed with err: retry later, or give up. */
+static void connect_failed(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s,
+                           int err) {
+  char text[SOCK_ADDR_STRLEN];
+  sock_addr_str(&sc->addrs[c->base.peer], text, sizeof(text));
+  if (s->fd >= 0) close(s->fd); /* leaves the epoll set with it */
+  s->fd = -1;
+  pthread_mutex_lock(&c->lock);
+  if (connect_retryable(err) && !deadline_passed(&c->connect_dl)) {
+    s->state = ST_RETRY;
+    s->backoff_ms =
+        s->backoff_ms ? LOOM_MIN(2 * s->backoff_ms, SOCK_BACKOFF_MAX_MS) : SOCK_BACKOFF_FIRST_MS;
+    s->retry_at_ns = time_now_ns() + (uint64_t)s->backoff_ms * 1000000u;
+  } else if (connect_retryable(err)) {
+    sock_conn_break(c, loomTimeout, "could not connect to peer %d at %s within %lld ms (%s)",
+                    c->base.peer, text, c->base.comm->timeout_ms, strerror(err));
+  } else {
+    sock_conn_break(c, loomSystemError, "connect to peer %d at %s failed: %s", c->base.peer, text,
+                    strerror(err));
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+static void stream_connect(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s) {
+  const union sock_addr* a = &sc->addrs[c->base.peer];
+  int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    connect_failed(sc, c, s, errno);
+    return;
+  }
+  stream_tune(sc, fd);
+  s->fd = fd;
+  s->state = ST_CONNECTING;
+  if (connect(fd, &a->sa, sock_addr_len(a)) != 0 && errno != EINPROGRESS) {
+    connect_failed(sc, c, s, errno);
+    return;
+  }
+  /* Edge-triggered: the first edge says the connect finished (or failed). */
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = &s->ep};
+  if (epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, fd, &ev) != 0) connect_failed(sc, c, s, errno);
+}
+
+static void connect_finish(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s,
+                           struct sock_conn** batch) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err == EINPROGRESS || err == EALREADY) return;
+  if (err != 0) {
+    connect_failed(sc, c, s, err);
+    return;
+  }
+  pthread_mutex_lock(&c->lock);
+  s->state = ST_UP;
+  sock_stream_hello_init(c, s);
+  if (++c->nup == c->nstreams) {
+    connecting_done(sc, c);
+    atomic_store_explicit(&c->up, 1, memory_order_release);
+    sock_wake_rank(sc);
+  }
+  pthread_mutex_unlock(&c->lock);
+  batch_add(batch, c); /* the hello, and what is posted already */
+}
+
+/* A receiver never writes: anything readable on a sender's stream is its
+ * close (or a broken peer). */
+static void send_stream_probe(struct sock_conn* c, struct sock_stream* s) {
+  char b;
+  ssize_t n;
+  do {
+    n = recv(s->fd, &b, 1, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  pthread_mutex_lock(&c->lock);
+  if (n > 0)
+    sock_conn_break(c, loomRemoteError, "peer %d wrote on a socket stream it only reads from",
+                    c->base.peer);
+  else
+    sock_conn_peer_gone(c,
+                        "peer %d closed its socket connection (%s lane, stream %d: %s): it "
+                        "aborted, failed or was destroyed",
+                        c->base.peer, lane_name(c->base.lane), s->index,
+                        n == 0 ? "end of stream" : strerror(errno));
+  pthread_mutex_unlock(&c->lock);
+}
+
+static void stream_event(struct sock_comm* sc, struct sock_stream* s, uint32_t events,
+                         struct sock_conn** batch) {
+  struct sock_conn* c = s->conn;
+  if (s->state == ST_CONNECTING) {
+    connect_finish(sc, c, s, batch);
+    return;
+  }
+  if (s->state != ST_UP) return;
+  if (c->base.is_send && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+    send_stream_probe(c, s);
+  batch_add(batch, c);
+}
+
+/* ---- The executor's lists ------------------------------------------------------- */
+
+static void conn_adopt(struct sock_comm* sc, struct sock_conn* c, struct sock_conn** batch) {
+  c->next_all = sc->all;
+  c->prev_all = NULL;
+  if (sc->all) sc->all->prev_all = c;
+  sc->all = c;
+  if (c->base.is_send) {
+    c->connecting = 1;
+    sc->nconnecting++;
+    for (int i = 0; i < c->nstreams; i++) stream_connect(sc, c, &c->streams[i]);
+    return;
+  }
+  sc->recv_by_key[(size_t)c->base.lane * (size_t)sc->comm->nranks + (size_t)c->base.peer] = c;
+  for (struct sock_pending *p = sc->pending, *next; p; p = next) {
+    next = p->next;
+    if (!p->parked || p->hello.src != c->base.peer || p->hello.lane != c->base.lane) continue;
+    char buf[160];
+    const char* why = stream_attach(sc, c, p, buf, sizeof(buf));
+    if (why != NULL) pending_drop(sc, p, why);
+  }
+  batch_add(batch, c);
+}
+
+static void conn_release(struct sock_comm* sc, struct sock_conn* c) {
+  if (c->prev_all)
+    c->prev_all->next_all = c->next_all;
+  else if (sc->all == c)
+    sc->all = c->next_all;
+  if (c->next_all) c->next_all->prev_all = c->prev_all;
+  connecting_done(sc, c);
+  size_t key = (size_t)c->base.lane * (size_t)sc->comm->nranks + (size_t)c->base.peer;
+  if (!c->base.is_send && sc->recv_by_key[key] == c) sc->recv_by_key[key] = NULL;
+  sock_conn_free(c); /* closing the sockets takes them out of the epoll set */
+}
+
+/* ---- Timers --------------------------------------------------------------------- */
+
+static void net_timers(struct sock_comm* sc) {
+  if (sc->nhello > 0) {
+    for (struct sock_pending *p = sc->pending, *next; p; p = next) {
+      next = p->next;
+      if (!p->parked && deadline_passed(&p->dl)) pending_drop(sc, p, "no complete hello in time");
+    }
+  }
+  if (sc->nconnecting == 0) return;
+  uint64_t now = time_now_ns();
+  for (struct sock_conn* c = sc->all; c; c = c->next_all) {
+    if (!c->connecting) continue;
+    if (atomic_load(&c->broken) || c->dead) {
+      connecting_done(sc, c);
+      continue;
+    }
+    for (int i = 0; i < c->nstreams; i++) {
+      struct sock_stream* s = &c->streams[i];
+      if (s->state == ST_RETRY && now >= s->retry_at_ns)
+        stream_connect(sc, c, s);
+      else if (s->state == ST_CONNECTING && deadline_passed(&c->connect_dl))
+        connect_failed(sc, c, s, ETIMEDOUT);
+    }
+  }
+}
+
+/* ---- The loop ------------------------------------------------------------------- */
+
+static void progress_batch(struct sock_conn* batch) {
+  for (struct sock_conn *c = batch, *next; c; c = next) {
+    next = c->next_batch;
+    c->in_batch = 0;
+    pthread_mutex_lock(&c->lock);
+    if (!c->dead && !atomic_load_explicit(&c->broken, memory_order_relaxed))
+      sock_stream_progress(c);
+    pthread_mutex_unlock(&c->lock);
+  }
+}
+
+static void drain_wake(struct sock_comm* sc) {
+  uint64_t v;
+  while (read(sc->wake_fd, &v, sizeof(v)) > 0) {
+  }
+}
+
+/* One round. Returns 0 when the thread should stop. */
+static int net_round(struct sock_comm* sc, struct epoll_event* evs) {
+  int timeout = (sc->nhello > 0 || sc->nconnecting > 0) ? SOCK_TICK_MS : -1;
+  int n = epoll_wait(sc->ep_fd, evs, SOCK_EVENTS, timeout);
+  if (n < 0 && errno != EINTR) {
+    LOOM_WARN(SUB_NET, "rank %d: socket transport: epoll_wait failed: %s", sc->comm->rank,
+              strerror(errno));
+    return 0;
+  }
+  struct sock_conn* batch = NULL;
+  for (int i = 0; i < n; i++) {
+    struct sock_ep* ep = evs[i].data.ptr;
+    switch (ep->kind) {
+      case EP_WAKE:
+        drain_wake(sc);
+        break;
+      case EP_LISTEN:
+        net_accept(sc, &batch);
+        break;
+      case EP_HELLO:
+        hello_read(sc, (struct sock_pending*)ep, &batch);
+        break;
+      case EP_STREAM:
+        stream_event(sc, (struct sock_stream*)ep, evs[i].events, &batch);
+        break;
+    }
+  }
+  pthread_mutex_lock(&sc->lock);
+  struct sock_conn* fresh = sc->new_list;
+  struct sock_conn* dirty = sc->dirty_list;
+  struct sock_conn* closing = sc->closing_list;
+  int stop = sc->stop;
+  sc->new_list = sc->dirty_list = sc->closing_list = NULL;
+  pthread_mutex_unlock(&sc->lock);
+  for (struct sock_conn *c = fresh, *next; c; c = next) {
+    next = c->next_new;
+    conn_adopt(sc, c, &batch);
+  }
+  for (struct sock_conn *c = dirty, *next; c; c = next) {
+    next = c->next_dirty;
+    atomic_store(&c->queued, 0); /* a post from here on queues it again */
+    batch_add(&batch, c);
+  }
+  progress_batch(batch);
+  net_timers(sc);
+  /* Last: nothing of this round names them any more. */
+  for (struct sock_conn *c = closing, *next; c; c = next) {
+    next = c->next_closing;
+    conn_release(sc, c);
+  }
+  return !stop;
+}
+
+static void* net_main(void* arg) {
+  struct sock_comm* sc = arg;
+  struct epoll_event evs[SOCK_EVENTS];
+  while (net_round(sc, evs)) {
+  }
+  return NULL;
+}
+
+loomResult_t sock_net_start(struct sock_comm* sc) {
+  struct loomComm* comm = sc->comm;
+  sc->ep_fd = epoll_create1(EPOLL_CLOEXEC);
+  if (sc->ep_fd < 0)
+    return err_set_sub(comm, SUB_NET, loomSystemError, "epoll_create1 failed: %s", strerror(errno));
+  sc->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (sc->wake_fd < 0)
+    return err_set_sub(comm, SUB_NET, loomSystemError, "eventfd failed: %s", strerror(errno));
+  sc->wake_ep.kind = EP_WAKE;
+  sc->listen_ep.kind = EP_LISTEN;
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sc->wake_ep};
+  struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &sc->listen_ep};
+  if (epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, sc->wake_fd, &ev) != 0 ||
+      epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, sc->listen_fd, &lev) != 0)
+    return err_set_sub(comm, SUB_NET, loomSystemError, "epoll_ctl failed: %s", strerror(errno));
+  int rc = pthread_create(&sc->thread, NULL, net_main, sc);
+  if (rc != 0)
+    return err_set_sub(comm, SUB_NET, loomSystemError, "cannot start the network thread: %s",
+                       strerror(rc));
+  sc->thread_live = 1;
+  return loomSuccess;
+}
+
+void sock_net_stop(struct sock_comm* sc) {
+  if (sc->thread_live) {
+    pthread_mutex_lock(&sc->lock);
+    sc->stop = 1;
+    pthread_mutex_unlock(&sc->lock);
+    sock_thread_wake(sc);
+    pthread_join(sc->thread, NULL);
+    sc->thread_live = 0;
+  }
+  /* What the thread did not get to (it stopped early, or never ran). */
+  for (struct sock_conn *c = sc->new_list, *next; c; c = next) {
+    next = c->next_new;
+    c->next_all = sc->all;
+    c->prev_all = NULL;
+    if (sc->all) sc->all->prev_all = c;
+    sc->all = c;
+  }
+  for (struct sock_conn *c = sc->closing_list, *next; c; c = next) {
+    next = c->next_closing;
+    conn_release(sc, c);
+  }
+  while (sc->all) conn_release(sc, sc->all);
+  sc->new_list = sc->dirty_list = sc->closing_list = NULL;
+  while (sc->pending) {
+    struct sock_pending* p = sc->pending;
+    sc->pending = p->next;
+    sock_close(p->fd);
+    free(p);
+  }
+  if (sc->ep_fd >= 0) close(sc->ep_fd);
+  if (sc->wake_fd >= 0) close(sc->wake_fd);
+  sc->ep_fd = sc->wake_fd = -1;
+}

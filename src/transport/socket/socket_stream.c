@@ -1,0 +1,286 @@
+/* socket_stream.c - frames on the streams of one connection, moved by the
+ * network thread under the connection's lock, never waiting: each stream
+ * goes as far as the socket lets it (EAGAIN) or as far as what is posted.
+ *
+ * Sender: frame k of message m goes on stream (first(m) + k) % nstreams,
+ * where first(m) continues the round robin of the message before, so small
+ * messages spread over the streams and large ones cut into
+ * LOOM_SOCKET_CHUNK pieces fill all of them. A stream sends its frames in
+ * message order, header and payload in one sendmsg, straight from the
+ * caller's buffer.
+ *
+ * Receiver: a stream reads a header, waits (stops reading) until the
+ * message it names is posted, checks it against the posted receive (size,
+ * bounds) and reads the payload straight into the destination, or, for a
+ * receive that reduces, through a bounce buffer reduced into the
+ * destination as whole elements arrive. A message is done when all of its
+ * frames are in, whichever streams they came by. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "../../core/checks.h"
+#include "../../kernels/cpu/cpu_kernels.h"
+#include "socket.h"
+
+#define SOCK_BOUNCE_MAX (256u << 10)
+
+static const char* lane_name(int lane) {
+  return lane == LANE_P2P ? "p2p" : "collective";
+}
+
+static struct sock_msg* msg_at(struct sock_conn* c, uint64_t seq) {
+  return &c->ring[seq & (c->cap - 1)];
+}
+
+/* A stream's socket failed or closed in the middle of something. */
+static void stream_lost(struct sock_conn* c, struct sock_stream* s, int err) {
+  sock_conn_break(c, loomRemoteError,
+                  "peer %d closed its socket connection (%s lane, stream %d) in the middle of a "
+                  "message: %s (it aborted, failed or was destroyed)",
+                  c->base.peer, lane_name(c->base.lane), s->index,
+                  err == 0 ? "end of stream" : strerror(err));
+}
+
+void sock_stream_hello_init(struct sock_conn* c, struct sock_stream* s) {
+  struct loomComm* comm = c->base.comm;
+  struct sock_hello* h = &s->hello;
+  memset(h, 0, sizeof(*h));
+  h->magic = SOCK_HELLO_MAGIC;
+  h->version = SOCK_WIRE_VERSION;
+  h->bytes = sizeof(*h);
+  h->secret = c->sc->secret;
+  h->comm_hash = comm->comm_hash;
+  h->src = comm->rank;
+  h->dst = c->base.peer;
+  h->lane = (uint16_t)c->base.lane;
+  h->stream = (uint16_t)s->index;
+  h->nstreams = (uint16_t)c->nstreams;
+  s->hello_sent = 0;
+  s->seq = 0;
+  s->frame = -1;
+  s->out_done = 0;
+}
+
+/* ---- Sender ------------------------------------------------------------------ */
+
+/* The message whose frame s sends next, or NULL when nothing posted is for s. */
+static struct sock_msg* send_next(struct sock_conn* c, struct sock_stream* s) {
+  int ns = c->nstreams;
+  if (s->seq < c->head) { /* messages all of whose frames went elsewhere */
+    s->seq = c->head;
+    s->frame = -1;
+  }
+  while (s->seq < c->tail) {
+    struct sock_msg* m = msg_at(c, s->seq);
+    if (s->frame < 0) s->frame = (s->index - (int)m->first + ns) % ns;
+    if ((uint64_t)s->frame < m->nframes) return m;
+    s->seq++;
+    s->frame = -1;
+  }
+  return NULL;
+}
+
+static void frame_fill(struct sock_conn* c, struct sock_stream* s, const struct sock_msg* m) {
+  uint64_t off = (uint64_t)s->frame * c->sc->chunk;
+  memset(&s->out, 0, sizeof(s->out));
+  s->out.magic = SOCK_FRAME_MAGIC;
+  s->out.len = (uint32_t)LOOM_MIN((uint64_t)c->sc->chunk, m->x->bytes - off);
+  s->out.nframes = m->nframes;
+  s->out.seq = s->seq;
+  s->out.msg_bytes = m->x->bytes;
+  s->out.offset = off;
+}
+
+/* Returns 1 when the hello is out. */
+static int send_hello(struct sock_conn* c, struct sock_stream* s) {
+  while (s->hello_sent < sizeof(s->hello)) {
+    ssize_t n = send(s->fd, (const char*)&s->hello + s->hello_sent,
+                     sizeof(s->hello) - s->hello_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      s->hello_sent += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    stream_lost(c, s, n < 0 ? errno : 0);
+    return 0;
+  }
+  return 1;
+}
+
+static void send_progress(struct sock_conn* c, struct sock_stream* s) {
+  if (!send_hello(c, s)) return;
+  struct sock_msg* m;
+  while ((m = send_next(c, s)) != NULL) {
+    if (s->out_done == 0) frame_fill(c, s, m);
+    const size_t hdr = sizeof(s->out), len = s->out.len;
+    struct iovec iov[2];
+    int niov = 0;
+    if (s->out_done < hdr)
+      iov[niov++] = (struct iovec){(char*)&s->out + s->out_done, hdr - s->out_done};
+    size_t pay_done = s->out_done > hdr ? s->out_done - hdr : 0;
+    if (len > pay_done)
+      iov[niov++] =
+          (struct iovec){(char*)(uintptr_t)m->x->src + s->out.offset + pay_done, len - pay_done};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    ssize_t n = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) stream_lost(c, s, errno);
+      return;
+    }
+    s->out_done += (size_t)n;
+    if (s->out_done < hdr + len) continue; /* the socket took part: the next try says EAGAIN */
+    s->out_done = 0;
+    m->frames_done++;
+    s->frame += c->nstreams;
+  }
+}
+
+/* ---- Receiver ---------------------------------------------------------------- */
+
+static int frame_bad(struct sock_conn* c, const char* what) {
+  sock_conn_break(c, loomRemoteError, "peer %d sent a malformed socket frame: %s", c->base.peer,
+                  what);
+  return 0;
+}
+
+/* The header alone: returns 0 (and breaks c) if it cannot be a frame of
+ * this connection. */
+static int frame_sane(struct sock_conn* c, const struct sock_frame* f) {
+  if (f->magic != SOCK_FRAME_MAGIC) return frame_bad(c, "bad magic");
+  if (f->seq < c->head || f->seq - c->head > (1u << 30))
+    return frame_bad(c, "unexpected message number");
+  if (f->nframes == 0 || f->len > f->msg_bytes || f->offset > f->msg_bytes - f->len)
+    return frame_bad(c, "bad bounds");
+  return 1;
+}
+
+/* The header against the receive posted for its message. */
+static int frame_matches(struct sock_conn* c, const struct sock_frame* f, struct sock_msg* m) {
+  const struct xfer* x = m->x;
+  if (f->msg_bytes != x->bytes) {
+    sock_conn_break(c, loomRemoteError,
+                    "peer %d sent a message of %llu bytes where this rank expected %zu: the "
+                    "ranks called different operations or counts",
+                    c->base.peer, (unsigned long long)f->msg_bytes, x->bytes);
+    return 0;
+  }
+  if (m->nframes == 0) m->nframes = f->nframes;
+  if (m->nframes != f->nframes || m->frames_done >= m->nframes)
+    return frame_bad(c, "frame count differs between frames of one message");
+  size_t es = dtype_size(x->dtype);
+  if (x->reduce && (f->offset % es != 0 || f->len % es != 0))
+    return frame_bad(c, "a frame of a reduction splits an element");
+  return 1;
+}
+
+/* Reduces the whole elements in s's bounce buffer into the destination. */
+static void bounce_reduce(struct sock_stream* s, const struct xfer* x) {
+  size_t es = dtype_size(x->dtype);
+  size_t whole = s->bounce_have - s->bounce_have % es;
+  if (whole == 0) return;
+  size_t at = (size_t)s->in.offset + s->pay_got - s->bounce_have;
+  cpu_reduce(x->dtype, x->op, (char*)x->dst + at, (const char*)x->src + at, s->bounce, whole / es);
+  memmove(s->bounce, s->bounce + whole, s->bounce_have - whole);
+  s->bounce_have -= whole;
+}
+
+/* Reads the current frame's payload. Returns 1 when it is all in. */
+static int recv_payload(struct sock_conn* c, struct sock_stream* s, const struct xfer* x) {
+  size_t bounce_bytes = LOOM_MIN((size_t)SOCK_BOUNCE_MAX, c->sc->chunk);
+  if (x->reduce && s->bounce == NULL && s->in.len > 0) {
+    s->bounce = malloc(bounce_bytes);
+    if (s->bounce == NULL) {
+      sock_conn_break(c, loomSystemError, "out of memory for a socket bounce buffer");
+      return 0;
+    }
+  }
+  while (s->pay_got < s->in.len) {
+    size_t left = s->in.len - s->pay_got;
+    char* to = x->reduce ? s->bounce + s->bounce_have : (char*)x->dst + s->in.offset + s->pay_got;
+    size_t want = x->reduce ? LOOM_MIN(bounce_bytes - s->bounce_have, left) : left;
+    ssize_t n = recv(s->fd, to, want, MSG_DONTWAIT);
+    if (n > 0) {
+      s->pay_got += (size_t)n;
+      if (x->reduce) {
+        s->bounce_have += (size_t)n;
+        bounce_reduce(s, x);
+      }
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    stream_lost(c, s, n < 0 ? errno : 0);
+    return 0;
+  }
+  return 1;
+}
+
+/* The peer closed this stream between frames. */
+static void stream_finished(struct sock_conn* c, struct sock_stream* s) {
+  s->state = ST_FINISHED;
+  for (int i = 0; i < c->nstreams; i++)
+    if (c->streams[i].state != ST_FINISHED) return;
+  sock_conn_peer_gone(c,
+                      "peer %d closed its socket connection (%s lane): it aborted, failed or "
+                      "was destroyed",
+                      c->base.peer, lane_name(c->base.lane));
+}
+
+/* Reads the header. Returns 1 when it is complete and sane. */
+static int recv_header(struct sock_conn* c, struct sock_stream* s) {
+  while (s->in_got < sizeof(s->in)) {
+    ssize_t n = recv(s->fd, (char*)&s->in + s->in_got, sizeof(s->in) - s->in_got, MSG_DONTWAIT);
+    if (n > 0) {
+      s->in_got += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n == 0 && s->in_got == 0)
+      stream_finished(c, s);
+    else
+      stream_lost(c, s, n < 0 ? errno : 0);
+    return 0;
+  }
+  return frame_sane(c, &s->in);
+}
+
+static void recv_progress(struct sock_conn* c, struct sock_stream* s) {
+  for (;;) {
+    if (!recv_header(c, s)) return;
+    if (s->in.seq >= c->tail) return; /* not posted yet: resumes on the post */
+    struct sock_msg* m = msg_at(c, s->in.seq);
+    if (!s->in_checked) {
+      if (!frame_matches(c, &s->in, m)) return;
+      s->in_checked = 1;
+    }
+    if (!recv_payload(c, s, m->x)) return;
+    m->frames_done++;
+    m->bytes_done += s->in.len;
+    if (m->frames_done == m->nframes && m->bytes_done != m->x->bytes) {
+      frame_bad(c, "the frames of a message do not add up to its size");
+      return;
+    }
+    s->in_got = 0;
+    s->in_checked = 0;
+    s->pay_got = 0;
+  }
+}
+
+void sock_stream_progress(struct sock_conn* c) {
+  for (int i = 0; i < c->nstreams; i++) {
+    struct sock_stream* s = &c->streams[i];
+    if (s->state != ST_UP) continue;
+    if (c->base.is_send)
+      send_progress(c, s);
+    else
+      recv_progress(c, s);
+    if (atomic_load_explicit(&c->broken, memory_order_relaxed)) return;
+  }
+  sock_conn_retire(c);
+}
