@@ -44,6 +44,25 @@ struct peer_state {
   int next_victim;
 };
 
+/* ThreadSanitizer tracks synchronisation by address, and thread ranks of one
+ * process map each rank segment once per rank, at different addresses: it
+ * cannot see that a release store through one mapping pairs with an acquire
+ * load through another. Under it, each rank's syncs also release and
+ * acquire a process-wide stand-in address for that rank's phase counter. */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void* addr);
+void __tsan_release(void* addr);
+static char tsan_phase_keys[4096];
+static void* tsan_key(struct loomComm* comm, int rank) {
+  return &tsan_phase_keys[(comm->comm_hash * 31 + (uint64_t)rank) % sizeof(tsan_phase_keys)];
+}
+#define TSAN_RELEASE(comm, rank) __tsan_release(tsan_key(comm, rank))
+#define TSAN_ACQUIRE(comm, rank) __tsan_acquire(tsan_key(comm, rank))
+#else
+#define TSAN_RELEASE(comm, rank) ((void)0)
+#define TSAN_ACQUIRE(comm, rank) ((void)0)
+#endif
+
 static struct peer_state* state_of(struct loomComm* comm) {
   return *tp_peer_state_slot(comm);
 }
@@ -146,6 +165,7 @@ void tp_peer_publish(struct loomComm* comm, void* const* bufs, const size_t* byt
 void tp_sync_arrive(struct loomComm* comm) {
   struct peer_state* ps = state_of(comm);
   ps->gen++;
+  TSAN_RELEASE(comm, comm->rank);
   atomic_store_explicit(&tp_pub(comm, comm->rank)->phase, ps->gen, memory_order_release);
   for (int p = 0; p < comm->nranks; p++)
     if (p != comm->rank) bell_ring(tp_peer_bell(comm, p));
@@ -155,6 +175,7 @@ int tp_sync_done(struct loomComm* comm) {
   struct peer_state* ps = state_of(comm);
   for (int p = 0; p < comm->nranks; p++)
     if (atomic_load_explicit(&tp_pub(comm, p)->phase, memory_order_acquire) < ps->gen) return 0;
+  for (int p = 0; p < comm->nranks; p++) TSAN_ACQUIRE(comm, p);
   return 1;
 }
 
