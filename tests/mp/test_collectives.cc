@@ -109,6 +109,48 @@ std::string cover_name(const ::testing::TestParamInfo<CoverCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(CollCover, CoverMatrix, ::testing::ValuesIn(cover_cases()), cover_name);
 
+// The same cover, every collective x algorithm on 3 process ranks, on
+// buffers from loomMemAlloc (peers map them) and on registered buffers.
+struct MemCoverCase {
+  Coll coll;
+  std::string algo;
+  std::string mem;  // LOOM_TEST_BUFFERS: memalloc or registered
+};
+
+std::vector<MemCoverCase> mem_cover_cases() {
+  std::vector<MemCoverCase> v;
+  for (int ci = 0; ci < kNumColls; ci++)
+    for (const std::string& algo : algos_of((Coll)ci))
+      for (const char* mem : {"memalloc", "registered"}) v.push_back({(Coll)ci, algo, mem});
+  return v;
+}
+
+void PrintTo(const MemCoverCase& mc, std::ostream* os) {
+  *os << coll_name(mc.coll) << " " << mc.algo << " proc3 " << mc.mem;
+}
+
+class CoverMemory : public ::testing::TestWithParam<MemCoverCase> {};
+
+TEST_P(CoverMemory, EveryTypeOpPlacement) {
+  const MemCoverCase mc = GetParam();
+  harness::Opts o = opts_for(mc.algo, kCoverTimeoutS);
+  o.env.push_back({"LOOM_TEST_BUFFERS", mc.mem});
+  harness::run(
+      3, Mode::Proc,
+      [&](Ctx& c) {
+        Runner r(c, mc.algo + " on " + mc.mem + " buffers");
+        cover_body(r, c, mc.coll);
+      },
+      o);
+}
+
+INSTANTIATE_TEST_SUITE_P(CollCover, CoverMemory, ::testing::ValuesIn(mem_cover_cases()),
+                         [](const ::testing::TestParamInfo<MemCoverCase>& info) {
+                           const MemCoverCase& mc = info.param;
+                           return std::string("proc3_") + coll_name(mc.coll) + "_" + mc.algo + "_" +
+                                  mc.mem;
+                         });
+
 // A device-resident PreMulSum scalar (loomScalarDevice) is read when the
 // operation runs, by every reducing collective and algorithm.
 void premul_device_body(const Ctx& c) {

@@ -167,11 +167,34 @@ struct Block {
 struct Buf {
   std::string name;
   size_t elems = 0;
-  std::unique_ptr<unsigned char[]> raw;  // guard, data, guard
+  std::shared_ptr<unsigned char> raw;    // guard, data, guard
   unsigned char* mem = nullptr;          // the data: kGuard + 0, 1 or 2 elements into raw
   std::vector<Block> pre;                // what the test writes before the call
   std::vector<Block> post;               // what the call must leave (elsewhere: as pre)
 };
+
+// The test's buffers: plain new[] by default; with LOOM_TEST_BUFFERS=memalloc
+// from loomMemAlloc, with =registered new[] registered with loomCommRegister
+// for their lifetime (which ends before the communicator's).
+std::shared_ptr<unsigned char> buffer_alloc(size_t bytes, loomComm_t comm) {
+  const char* env = getenv("LOOM_TEST_BUFFERS");
+  std::string mode = env ? env : "";
+  if (mode == "memalloc") {
+    void* p = nullptr;
+    EXPECT_EQ(loomMemAlloc(&p, bytes), loomSuccess) << loomGetLastError(nullptr);
+    return {static_cast<unsigned char*>(p), [](unsigned char* q) { EXPECT_EQ(loomMemFree(q), loomSuccess); }};
+  }
+  unsigned char* p = new unsigned char[bytes];
+  if (mode == "registered") {
+    void* h = nullptr;
+    EXPECT_EQ(loomCommRegister(comm, p, bytes, &h), loomSuccess) << loomGetLastError(comm);
+    return {p, [comm, h](unsigned char* q) {
+              EXPECT_EQ(loomCommDeregister(comm, h), loomSuccess);
+              delete[] q;
+            }};
+  }
+  return {p, [](unsigned char* q) { delete[] q; }};
+}
 
 std::string hex(const unsigned char* p, size_t n) {
   std::string s;
@@ -392,7 +415,7 @@ PreparedPtr Runner::prepare(const Call& k) {
     // Buffers start 0, 1 or 2 elements past an allocation's (16-byte)
     // alignment, so kernels meet every alignment an element allows.
     size_t skew = (size_t)(me + (int)P.bufs.size() + (int)k.count) % 3 * P.es;
-    b.raw.reset(new unsigned char[kGuard + skew + elems * P.es + kGuard]);
+    b.raw = buffer_alloc(kGuard + skew + elems * P.es + kGuard, ctx_.comm);
     b.mem = b.raw.get() + kGuard + skew;
     P.bufs.push_back(std::move(b));
     return (int)P.bufs.size() - 1;
