@@ -8,6 +8,7 @@
  * sleeps on its rank's doorbell, which peers ring when they make progress and
  * the bootstrap watcher rings when a peer fails. Every wait checks the
  * deadline, the abort flag and the communicator's health. */
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,6 +344,7 @@ static loomResult_t root_cause(struct loomComm* comm, loomResult_t r) {
 
 static loomResult_t runs_drive(struct comm_run* runs, int nruns) {
   int spin = 0, spin_max = 1 << 30;
+  uint64_t yield_ns = (uint64_t)LOOM_MAX(params_get()->yield_us, 0LL) * 1000u, yield_end = 0;
   for (int i = 0; i < nruns; i++) spin_max = LOOM_MIN(spin_max, tp_spin_count(runs[i].comm));
   for (;;) {
     struct comm_run* first = NULL;
@@ -359,6 +361,7 @@ static loomResult_t runs_drive(struct comm_run* runs, int nruns) {
     }
     if (moved) {
       spin = 0;
+      yield_end = 0;
       continue;
     }
     for (int i = 0; i < nruns; i++)
@@ -366,6 +369,16 @@ static loomResult_t runs_drive(struct comm_run* runs, int nruns) {
     if (spin < spin_max) {
       spin++;
       cpu_relax();
+      continue;
+    }
+    /* Then give the core away for a while before sleeping: with more ranks
+     * than cores, the peer this rank waits for is often runnable right here,
+     * and a yield hands it the core at once where a sleep and a futex
+     * wake-up cost several microseconds on each side. */
+    uint64_t now = time_now_ns();
+    if (yield_end == 0) yield_end = now + yield_ns;
+    if (now < yield_end) {
+      sched_yield();
       continue;
     }
     /* With several ranks on one thread a peer's ring may land on another
