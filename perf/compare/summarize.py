@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Turns the raw tables of perf/compare/run into JSON, a summary and plots.
+
+    summarize.py --out DIR [--placement out|in] [--plot-cmd PATH]
+
+Reads DIR/raw/*.txt (nccl-tests tables, one file per library x collective x ranks x repeat x
+size band; beside each, .cmd holds the exact command and .rc its exit status), DIR/meta.json
+(machine, versions, memcpy bandwidth, launch notes) and writes:
+
+  DIR/<library>_<tool>_n<N>.json   one per library x collective x ranks, the schema Loom's
+                                   perf tools write, each value the median over the repeats
+  DIR/summary.json, DIR/summary.md per size: every library's busbw and time, Loom's ratio to
+                                   the best peer
+  DIR/plots/<tool>_n<N>.png        busbw against size (perf/plot when present, else gnuplot)
+
+Only the standard library, so a fresh Debian has what it needs.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+COLLS = [  # (-C name, nccl-tests tool, title)
+    ("allreduce", "all_reduce_perf", "all-reduce"),
+    ("allgather", "all_gather_perf", "all-gather"),
+    ("reducescatter", "reduce_scatter_perf", "reduce-scatter"),
+    ("alltoall", "alltoall_perf", "all-to-all"),
+    ("broadcast", "broadcast_perf", "broadcast"),
+]
+TOOL_OF = {c: t for c, t, _ in COLLS}
+TITLE_OF = {c: title for c, _, title in COLLS}
+REDUCES = {"allreduce", "reducescatter"}
+# Columns of the summary, in order; Gloo's algorithms fold into one column (the best per size).
+PEERS = ["openmpi", "mpich", "gloo"]
+LABEL = {"loom": "Loom", "openmpi": "Open MPI", "mpich": "MPICH", "gloo": "Gloo"}
+
+RAW_NAME = re.compile(r"^(?P<lib>[a-z0-9_.-]+?)__(?P<coll>[a-z]+)__n(?P<n>\d+)__r(?P<rep>\d+)__b(?P<band>\d+)$")
+
+
+def parse_table(text):
+    """Rows of an nccl-tests table: {size: (count, root, oop, ip)}; each placement a dict."""
+    rows = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        f = line.split()
+        if len(f) < 13 or not f[0].isdigit():
+            continue
+
+        def cell(i):
+            wrong = f[i + 3]
+            return {"time_us": float(f[i]), "algbw": float(f[i + 1]), "busbw": float(f[i + 2]),
+                    "wrong": int(wrong) if wrong.lstrip("-").isdigit() else None}
+
+        try:
+            rows[int(f[0])] = (int(f[1]), int(f[4]), cell(5), cell(9))
+        except ValueError:
+            continue
+    return rows
+
+
+def header_value(text, key):
+    m = re.search(r"^#\s*%s:\s*(.+)$" % re.escape(key), text, re.M)
+    return m.group(1).strip() if m else None
+
+
+def load_runs(raw_dir):
+    """{(lib, coll, n): {rep: {"rows": {...}, "cmds": [...], "text": first header, "rc": [..]}}}"""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(raw_dir, "*.txt"))):
+        m = RAW_NAME.match(os.path.basename(path)[:-4])
+        if not m:
+            continue
+        key = (m["lib"], m["coll"], int(m["n"]))
+        rep = runs.setdefault(key, {}).setdefault(int(m["rep"]), {"rows": {}, "cmds": [], "rc": [], "text": ""})
+        with open(path, errors="replace") as fh:
+            text = fh.read()
+        rep["rows"].update(parse_table(text))
+        rep["text"] = rep["text"] or text
+        base = path[:-4]
+        if os.path.exists(base + ".cmd"):
+            with open(base + ".cmd") as fh:
+                rep["cmds"].append(fh.read().strip())
+        if os.path.exists(base + ".rc"):
+            with open(base + ".rc") as fh:
+                rep["rc"].append(int(fh.read().strip() or "0"))
+    return runs
+
+
+def bus_factor(coll, n):
+    """nccl-tests' bus bandwidth factors."""
+    if coll == "allreduce":
+        return 2.0 * (n - 1) / n
+    if coll == "broadcast":
+        return 1.0
+    return (n - 1) / n
+
+
+def median_cell(cells, size, coll, n):
+    """The median time over the repeats; algbw and busbw recomputed from it and the size, as
+    nccl-tests defines them, since the tables print bandwidths with two decimals only."""
+    cells = [c for c in cells if c]
+    if not cells:
+        return None
+    wrongs = [c["wrong"] for c in cells if c["wrong"] is not None]
+    t = statistics.median(c["time_us"] for c in cells)
+    algbw = size / t / 1e3 if t > 0 else 0.0
+    return {
+        "time_us": round(t, 3),
+        "algbw": round(algbw, 5),
+        "busbw": round(algbw * bus_factor(coll, n), 5),
+        "wrong": max(wrongs) if wrongs else None,
+    }
+
+
+def library_json(lib, coll, n, reps, meta):
+    base, _, algo = lib.partition("-")
+    sizes = sorted({s for r in reps.values() for s in r["rows"]})
+    results, bw = [], []
+    out_of_bounds = 0
+    for size in sizes:
+        present = [r["rows"][size] for r in reps.values() if size in r["rows"]]
+        count, root = present[0][0], present[0][1]
+        oop = median_cell([p[2] for p in present], size, coll, n)
+        ip = median_cell([p[3] for p in present], size, coll, n)
+        for c in (oop, ip):
+            bw.append(c["busbw"])
+        out_of_bounds += sum(max(p[i]["wrong"] or 0, 0) for p in present for i in (2, 3))
+        results.append({"size": size, "count": count, "type": "float",
+                        "redop": "sum" if coll in REDUCES else "none", "root": root,
+                        "out_of_place": oop, "in_place": ip})
+    first = reps[min(reps)]
+    doc = {
+        "tool": TOOL_OF[coll],
+        "library": base,
+        "version": meta.get("versions", {}).get(base) or header_value(first["text"], "Library") or "",
+        "command": " ; ".join(first["cmds"]),
+        "machine": meta.get("machine", {}),
+        "nranks": n,
+        "nthreads": 1,
+        "datatype": "float",
+        "op": "sum" if coll in REDUCES else "none",
+        "root": 0,
+        "mem": "host",
+        "registered": False,
+        "results": results,
+        "out_of_bounds": out_of_bounds,
+        "avg_busbw": round(sum(bw) / len(bw), 4) if bw else 0.0,
+    }
+    if algo:
+        doc["algorithm"] = algo
+    doc["repeats"] = len(reps)
+    doc["statistic"] = ("median time over the repeats, per size and placement; algbw = size / "
+                        "time, busbw = algbw * nccl-tests' factor")
+    doc["exit_status"] = sorted({rc for r in reps.values() for rc in r["rc"]})
+    return doc
+
+
+def fmt_size(b):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale and b % scale == 0:
+            return "%d %s" % (b // scale, unit)
+    return "%d B" % b
+
+
+def fmt_time(us):
+    if us is None:
+        return "-"
+    return "%.0f" % us if us >= 1000 else "%.1f" % us if us >= 10 else "%.2f" % us
+
+
+def fmt_bw(bw):
+    if bw is None:
+        return "-"
+    return "%.1f" % bw if bw >= 10 else "%.2f" % bw if bw >= 1 else "%.3f" % bw
+
+
+def fmt_ratio(r):
+    return "-" if r is None else "%.2f" % r
+
+
+def comparison(docs, coll, n, placement):
+    """Rows {size, libs: {lib: {busbw, time_us, algo}}, best_peer, ratios} for one table."""
+    key = "out_of_place" if placement == "out" else "in_place"
+    by_lib = {}
+    for (lib, c, nn), doc in docs.items():
+        if c != coll or nn != n:
+            continue
+        base = doc["library"]
+        for r in doc["results"]:
+            cell = r[key]
+            if r["size"] == 0 or cell is None or cell["time_us"] <= 0:
+                continue
+            entry = {"busbw": cell["busbw"], "time_us": cell["time_us"], "algo": doc.get("algorithm"),
+                     "wrong": cell["wrong"]}
+            slot = by_lib.setdefault(base, {})
+            old = slot.get(r["size"])
+            # Gloo: the best of its algorithms, preferring those whose results were right.
+            if old is None or (bool(entry["wrong"]), entry["time_us"]) < (bool(old["wrong"]), old["time_us"]):
+                slot[r["size"]] = entry
+    sizes = sorted({s for v in by_lib.values() for s in v})
+    rows = []
+    for size in sizes:
+        libs = {lib: by_lib[lib][size] for lib in by_lib if size in by_lib[lib]}
+        # A peer whose result was wrong at this size is no yardstick.
+        peers = {lib: v for lib, v in libs.items() if lib != "loom" and not v["wrong"]}
+        best = min(peers, key=lambda l: peers[l]["time_us"]) if peers else None
+        loom = libs.get("loom")
+        row = {"size": size, "libs": libs, "best_peer": best, "ratio_busbw": None, "ratio_time": None}
+        if best and loom:
+            bp = peers[best]
+            row["ratio_busbw"] = round(loom["busbw"] / bp["busbw"], 3) if bp["busbw"] > 0 else None
+            row["ratio_time"] = round(loom["time_us"] / bp["time_us"], 3)
+        rows.append(row)
+    return rows
+
+
+def markdown_table(rows, libs_present):
+    cols = ["loom"] + [p for p in PEERS if p in libs_present]
+    head = ["size"]
+    for lib in cols:
+        head += ["%s GB/s" % LABEL[lib], "%s us" % LABEL[lib]]
+    if "gloo" in cols:
+        head += ["Gloo alg"]
+    head += ["best peer", "Loom/best busbw", "Loom/best time"]
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
+    for r in rows:
+        line = [fmt_size(r["size"])]
+        for lib in cols:
+            v = r["libs"].get(lib)
+            mark = " (wrong)" if v and v["wrong"] else ""
+            line += [fmt_bw(v and v["busbw"]) + mark, fmt_time(v and v["time_us"])]
+        if "gloo" in cols:
+            g = r["libs"].get("gloo")
+            line += [(g and g.get("algo")) or "-"]
+        best = r["best_peer"]
+        line += [LABEL.get(best, best or "-"), fmt_ratio(r["ratio_busbw"]), fmt_ratio(r["ratio_time"])]
+        out.append("| " + " | ".join(line) + " |")
+    return out
+
+
+def headline(rows):
+    """Loom against the best peer at the largest and the smallest size measured."""
+    usable = [r for r in rows if r["libs"].get("loom") and r["best_peer"]]
+    if not usable:
+        return None
+    big, small = usable[-1], usable[0]
+    return {
+        "largest": {"size": big["size"], "loom_busbw": big["libs"]["loom"]["busbw"],
+                    "peer": big["best_peer"], "peer_busbw": big["libs"][big["best_peer"]]["busbw"],
+                    "ratio_busbw": big["ratio_busbw"]},
+        "smallest": {"size": small["size"], "loom_time_us": small["libs"]["loom"]["time_us"],
+                     "peer": small["best_peer"],
+                     "peer_time_us": small["libs"][small["best_peer"]]["time_us"],
+                     "ratio_time": small["ratio_time"]},
+    }
+
+
+def write_summary(out, docs, meta, placement):
+    nranks_all = sorted({n for (_, _, n) in docs})
+    summary = {"machine": meta.get("machine"), "memcpy": meta.get("memcpy"),
+               "versions": meta.get("versions"), "launch": meta.get("launch"),
+               "repeats": meta.get("repeats"), "placement": placement, "collectives": {}}
+    md = ["# Loom against MPI and Gloo on one host", ""]
+    m = meta.get("machine", {})
+    md.append("Machine: %s, %s CPUs (%s), %s GiB. Date: %s. Mode: %s, %s repeat(s), median per size."
+              % (m.get("hostname"), m.get("cpus"), m.get("cpu_model"), m.get("mem_gib"),
+                 meta.get("date"), meta.get("mode"), meta.get("repeats")))
+    vers = meta.get("versions") or {}
+    md.append("Versions: %s." % "; ".join("%s: %s" % (LABEL.get(k, k), v) for k, v in vers.items() if v))
+    load_path = os.path.join(out, "load.txt")
+    if os.path.exists(load_path):
+        with open(load_path) as fh:
+            samples = [line.split() for line in fh if line.strip()]
+        md.append("Load average (1, 5, 15 min; ours included while we run) %s." % ", ".join(
+            "%s %s" % (f[0], "/".join(f[1:])) for f in samples))
+    mc = meta.get("memcpy") or {}
+    if mc:
+        md.append("memcpy bandwidth (perf/compare/memcpy_bw, 256 MiB, best of 7): %s."
+                  % ", ".join("%s thread(s) %.2f GB/s" % (t, v) for t, v in sorted(mc.items())))
+    md += ["", "Float32, sum where the collective reduces; %s columns; busbw as nccl-tests "
+           "(all-reduce 2(n-1)/n, all-gather/reduce-scatter/all-to-all (n-1)/n, broadcast 1). "
+           "Ratios are Loom over the best peer at that size: busbw above 1 and time below 1 "
+           "favour Loom. Gloo is the best of its algorithms at each size (named). \"(wrong)\": "
+           "some element of the checked call was wrong (in any repeat); such a result is never "
+           "the best peer."
+           % ("out-of-place" if placement == "out" else "in-place"), ""]
+    heads = ["| collective | ranks | largest size | Loom busbw | best peer | peer busbw | ratio "
+             "| smallest size | Loom us | best peer | peer us | ratio |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|"]
+    sections = []
+    for coll, tool, title in COLLS:
+        for n in nranks_all:
+            rows = comparison(docs, coll, n, placement)
+            if not rows:
+                continue
+            libs_present = {lib for r in rows for lib in r["libs"]}
+            summary["collectives"].setdefault(coll, {})[str(n)] = {"rows": rows, "headline": headline(rows)}
+            h = headline(rows)
+            if h:
+                L, S = h["largest"], h["smallest"]
+                heads.append("| %s | %d | %s | %.2f | %s | %.2f | %s | %s | %s | %s | %s | %s |" % (
+                    title, n, fmt_size(L["size"]), L["loom_busbw"], LABEL.get(L["peer"]), L["peer_busbw"],
+                    fmt_ratio(L["ratio_busbw"]), fmt_size(S["size"]), fmt_time(S["loom_time_us"]),
+                    LABEL.get(S["peer"]), fmt_time(S["peer_time_us"]), fmt_ratio(S["ratio_time"])))
+            sections += ["### %s, %d ranks (%s)" % (title, n, tool), ""]
+            sections += markdown_table(rows, libs_present) + [""]
+    md += ["## Overview", ""] + heads + ["", "## Per size", ""] + sections
+    md += ["## How it was run", ""]
+    for lib, how in (meta.get("launch") or {}).items():
+        md.append("- %s: `%s`" % (lib, how))
+    for note in meta.get("notes", []):
+        md.append("- " + note)
+    md.append("")
+    with open(os.path.join(out, "summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=1)
+    with open(os.path.join(out, "summary.md"), "w") as fh:
+        fh.write("\n".join(md))
+    return summary
+
+
+def gnuplot_plot(png, docs_for_plot, title, placement):
+    """busbw against size, one line per library; the data inline, so the script stands alone."""
+    key = "out_of_place" if placement == "out" else "in_place"
+    lines = ['set terminal pngcairo size 900,560 noenhanced' if have_pngcairo() else
+             'set terminal png size 900,560', 'set output "%s"' % png,
+             'set title "%s"' % title, "set logscale x 2", "set logscale y 10",
+             'set format x "%.0b%B"', "set xlabel \"size (bytes)\"",
+             "set ylabel \"busbw (GB/s)\"", "set key left top", "set grid"]
+    plots, data = [], []
+    for name, doc in docs_for_plot:
+        pts = [(r["size"], r[key]["busbw"]) for r in doc["results"]
+               if r["size"] > 0 and r[key] and r[key]["busbw"] > 0]
+        if not pts:
+            continue
+        plots.append("'-' using 1:2 with linespoints title \"%s\"" % name)
+        data.append("\n".join("%d %g" % p for p in pts) + "\ne")
+    if not plots:
+        return False
+    script = "\n".join(lines) + "\nplot " + ", ".join(plots) + "\n" + "\n".join(data) + "\n"
+    res = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    return res.returncode == 0
+
+
+_PNGCAIRO = None
+
+
+def have_pngcairo():
+    global _PNGCAIRO
+    if _PNGCAIRO is None:
+        res = subprocess.run(["gnuplot", "-e", "set terminal"], capture_output=True, text=True)
+        _PNGCAIRO = "pngcairo" in (res.stdout + res.stderr)
+    return _PNGCAIRO
+
+
+def label_of(lib):
+    base, _, algo = lib.partition("-")
+    return LABEL.get(base, base) + (" " + algo if algo and algo != "default" else "")
+
+
+def write_plots(out, docs, files, plot_cmd, placement):
+    pdir = os.path.join(out, "plots")
+    os.makedirs(pdir, exist_ok=True)
+    made, how = [], None
+    for coll, tool, title in COLLS:
+        for n in sorted({n for (_, _, n) in docs}):
+            keys = [k for k in docs if k[1] == coll and k[2] == n]
+            if not keys:
+                continue
+            png = os.path.join(pdir, "%s_n%d.png" % (tool, n))
+            where = "out-of-place" if placement == "out" else "in-place"
+            order = ["loom"] + PEERS
+            keys.sort(key=lambda k: (order.index(k[0].split("-")[0]) if k[0].split("-")[0] in order
+                                     else len(order), k[0]))
+            if plot_cmd:
+                argv = [plot_cmd, "-o", png, "-t", "%s, %d ranks, %s, median of %s run(s), %s"
+                        % (title, n, where, docs[keys[0]].get("repeats"),
+                           docs[keys[0]]["machine"].get("hostname", ""))]
+                if placement == "in":
+                    argv.append("--in-place")
+                for k in keys:
+                    argv += ["-l", label_of(k[0]), files[k]]
+                res = subprocess.run(argv, capture_output=True, text=True)
+                if res.returncode == 0 and os.path.exists(png):
+                    made.append(png)
+                    how = plot_cmd
+                    continue
+                sys.stderr.write("summarize: %s failed (%s); using gnuplot\n"
+                                 % (plot_cmd, (res.stderr or "").strip()[:200]))
+            if shutil.which("gnuplot"):
+                named = [(label_of(k[0]), docs[k]) for k in keys]
+                if gnuplot_plot(png, named, "%s, %d ranks, busbw (%s)" % (title, n, where), placement):
+                    made.append(png)
+                    how = how or "gnuplot"
+    return made, how
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--placement", choices=["out", "in"], default="out")
+    ap.add_argument("--plot-cmd", default=None, help="perf/plot, when present")
+    a = ap.parse_args()
+    meta = {}
+    if os.path.exists(os.path.join(a.out, "meta.json")):
+        with open(os.path.join(a.out, "meta.json")) as fh:
+            meta = json.load(fh)
+    runs = load_runs(os.path.join(a.out, "raw"))
+    if not runs:
+        sys.exit("summarize: no raw tables under %s/raw" % a.out)
+    docs, files = {}, {}
+    for (lib, coll, n), reps in sorted(runs.items()):
+        if not any(r["rows"] for r in reps.values()):
+            sys.stderr.write("summarize: %s %s n=%d produced no rows; see raw/\n" % (lib, coll, n))
+            continue
+        doc = library_json(lib, coll, n, reps, meta)
+        path = os.path.join(a.out, "%s_%s_n%d.json" % (lib, TOOL_OF[coll], n))
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        docs[(lib, coll, n)] = doc
+        files[(lib, coll, n)] = path
+    write_summary(a.out, docs, meta, a.placement)
+    made, how = write_plots(a.out, docs, files, a.plot_cmd, a.placement)
+    print("summarize: %d JSON files, summary.md, summary.json, %d plots%s in %s"
+          % (len(docs), len(made), " (%s)" % how if how else "", a.out))
+
+
+if __name__ == "__main__":
+    main()
