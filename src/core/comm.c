@@ -67,6 +67,7 @@ void comm_set_failed(struct loomComm* comm, int peer, loomResult_t code, const c
   if (first) {
     if (peer >= 0) atomic_store(&comm->failed_peer, peer);
     memcpy(comm->last_error, full, sizeof(full));
+    memcpy(comm->fail_error, full, sizeof(full));
     atomic_store(&comm->async_error, (int)code);
   }
   pthread_mutex_unlock(&comm->err_lock);
@@ -94,7 +95,9 @@ loomResult_t comm_health(struct loomComm* comm) {
   if (e == loomSuccess || e == loomInProgress) return loomSuccess;
   pthread_mutex_lock(&comm->err_lock);
   e = atomic_load(&comm->async_error);
-  err_copy_to_thread(comm->last_error);
+  /* The cause, not whatever echo of it was recorded since. */
+  memcpy(comm->last_error, comm->fail_error, sizeof(comm->last_error));
+  err_copy_to_thread(comm->fail_error);
   pthread_mutex_unlock(&comm->err_lock);
   return (loomResult_t)e;
 }

@@ -52,6 +52,10 @@ struct loomComm {
   _Atomic int failed_peer; /* the peer that failed, or -1 */
   pthread_mutex_t err_lock;
   char last_error[LOOM_ERR_LEN];
+  /* The cause that broke the communicator, kept apart from last_error, which
+   * later errors (echoes of the failure, such as a survivor's closed
+   * connection) overwrite. */
+  char fail_error[LOOM_ERR_LEN];
 
   /* Called by the bootstrap's watcher when a peer fails, so that waiters in
    * the upper layers wake up at once. Set by the transport layer. */
