@@ -6,7 +6,9 @@ set -euo pipefail
 
 # iproute2 (ip, ss, tc) and nftables: the network suite's hosts in namespaces
 # (tests/net); util-linux (mount, setpriv, unshare) is part of every Debian.
-LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables)
+# python3 and gnuplot-nox: the perf tools' JSON check and perf/plot.
+LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables
+               python3 gnuplot-nox)
 
 loom_deps() {
   local missing=()
