@@ -120,9 +120,9 @@ static loomResult_t check_root(struct loomComm* comm, const char* fn, int root) 
   return bad(comm, fn, why);
 }
 
-/* Buffers a (alen bytes) and b (blen) may coincide only as allowed: at
- * offset inplace_off of the larger one (or not at all when inplace_off is
- * (size_t)-1); any other overlap is an error. */
+/* Buffers a (alen bytes) and b (blen) may overlap only in the in-place case,
+ * where a starts at inplace_at (NULL: no in-place form); any other overlap
+ * is an error. */
 static loomResult_t check_overlap(struct loomComm* comm, const char* fn, const void* a, size_t alen,
                                   const void* b, size_t blen, const void* inplace_at) {
   if (!a || !b || !ranges_overlap(a, alen, b, blen)) return loomSuccess;
@@ -205,9 +205,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   LOOM_CHECK(check_buf(comm, fn, "recvbuff", recvbuff, recvcount, es));
   /* In place: recvbuff == sendbuff + rank * recvcount. */
   const void* inplace = sendbuff ? (const char*)sendbuff + (size_t)comm->rank * recvcount * es : NULL;
-  if (recvbuff && ranges_overlap(sendbuff, recvcount * n * es, recvbuff, recvcount * es) &&
-      recvbuff != inplace)
-    return bad(comm, fn, "sendbuff and recvbuff overlap without being the in-place case");
+  LOOM_CHECK(check_overlap(comm, fn, recvbuff, recvcount * es, sendbuff, recvcount * n * es, inplace));
   struct coll_task t;
   task_fill(&t, COLL_REDUCESCATTER, comm, stream, sendbuff, recvbuff, recvcount, datatype, 0);
   LOOM_CHECK(redop_resolve(comm, op, datatype, &t));
@@ -301,9 +299,7 @@ loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
   if (comm->rank == root) {
     LOOM_CHECK(check_buf(comm, fn, "sendbuff", sendbuff, recvcount * n, es));
     const void* inplace = sendbuff ? (const char*)sendbuff + (size_t)root * recvcount * es : NULL;
-    if (recvbuff && ranges_overlap(sendbuff, recvcount * n * es, recvbuff, recvcount * es) &&
-        recvbuff != inplace)
-      return bad(comm, fn, "sendbuff and recvbuff overlap without being the in-place case");
+    LOOM_CHECK(check_overlap(comm, fn, recvbuff, recvcount * es, sendbuff, recvcount * n * es, inplace));
   }
   if (recvcount == 0) return loomSuccess;
   struct coll_task t;

@@ -394,7 +394,9 @@ static int comm_order(const void* a, const void* b) {
   return x->lane - y->lane;
 }
 
-static int is_p2p(const struct coll_task* t) { return t->kind == COLL_SEND || t->kind == COLL_RECV; }
+static int lane_of(const struct coll_task* t) {
+  return t->kind == COLL_SEND || t->kind == COLL_RECV ? LANE_P2P : LANE_COLL;
+}
 
 /* Groups the launch's tasks by communicator and lane, keeping their order. */
 static loomResult_t runs_make(struct coll_task* tasks, int ntasks, struct comm_run** out,
@@ -408,14 +410,14 @@ static loomResult_t runs_make(struct coll_task* tasks, int ntasks, struct comm_r
   }
   int nruns = 0, pos = 0;
   for (int i = 0; i < ntasks; i++) {
-    int lane = is_p2p(&tasks[i]) ? LANE_P2P : LANE_COLL, seen = 0;
+    int lane = lane_of(&tasks[i]), seen = 0;
     for (int r = 0; r < nruns; r++) seen |= runs[r].comm == tasks[i].comm && runs[r].lane == lane;
     if (seen) continue;
     runs[nruns].comm = tasks[i].comm;
     runs[nruns].lane = lane;
     runs[nruns].tasks = sorted + pos;
     for (int j = i; j < ntasks; j++)
-      if (tasks[j].comm == tasks[i].comm && (is_p2p(&tasks[j]) ? LANE_P2P : LANE_COLL) == lane)
+      if (tasks[j].comm == tasks[i].comm && lane_of(&tasks[j]) == lane)
         sorted[pos++] = tasks[j];
     runs[nruns].ntasks = (int)(sorted + pos - runs[nruns].tasks);
     runs[nruns].dl = deadline_in_ms(tasks[i].comm->timeout_ms);

@@ -205,8 +205,8 @@ static void* region_map(struct loomComm* comm, int peer, const struct mem_region
 static loomResult_t peer_range(struct loomComm* comm, int peer, unsigned buf, size_t off,
                                size_t len, uint64_t* addr_out, const void** local_out) {
   struct peer_pub* pub = tp_pub(comm, peer);
-  uint64_t have = pub->bytes[buf];
-  if (buf >= PEER_NBUFS || off > have || len > have - off)
+  uint64_t have = buf < PEER_NBUFS ? pub->bytes[buf] : 0;
+  if (off > have || len > have - off)
     return err_set_sub(comm, SUB_COLL, loomInvalidUsage,
                        "peer %d's buffer holds %llu bytes; this rank's call reads %zu at offset "
                        "%zu (do all ranks pass the same count and datatype?)",

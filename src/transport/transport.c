@@ -45,9 +45,6 @@ static const struct loom_transport* const all_transports[] = {
 #define NTRANSPORTS ((int)(sizeof(all_transports) / sizeof(all_transports[0])))
 _Static_assert(NTRANSPORTS <= TP_MAX_TRANSPORTS, "raise TP_MAX_TRANSPORTS");
 
-static int transport_allowed(const char* name);
-
-int tp_transport_allowed(const char* name) { return transport_allowed(name); }
 
 /* The transport that joins rank a to rank b, or NULL. can_connect is a pure
  * query: a failure of it counts as "cannot". */
@@ -174,7 +171,7 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
   char name[64];
   rank_seg_name(comm, comm->rank, name, sizeof(name));
   shm_unlink(name);
-  for (int i = 0; i < NTRANSPORTS; i++) tp->allowed[i] = transport_allowed(all_transports[i]->name);
+  for (int i = 0; i < NTRANSPORTS; i++) tp->allowed[i] = tp_transport_allowed(all_transports[i]->name);
   LOOM_CHECK(transports_comm_init(comm));
   /* A rank that uses sockets has a network thread too: spinning would take
    * its core. */
@@ -217,7 +214,7 @@ void tp_comm_fini(struct loomComm* comm) {
   comm->tp = NULL;
 }
 
-static int transport_allowed(const char* name) {
+int tp_transport_allowed(const char* name) {
   const char* list = params_get()->transports;
   if (!list || !*list) return 1;
   char buf[256];
