@@ -3,16 +3,6 @@
  * algbw x (n-1)/n, algbw over the n blocks. */
 #include "common.h"
 
-static void counts(size_t count, size_t esize, int nranks, struct perf_counts* c) {
-  size_t block = perf_split_count(count, esize, nranks);
-  *c = (struct perf_counts){
-      .send = block, .recv = block * (size_t)nranks, .param = block, .send_inplace = block};
-}
-
-static double bus_factor(int nranks) {
-  return (double)(nranks - 1) / nranks;
-}
-
 static loomResult_t run(const struct perf_call* c) {
   return loomAllGather(c->send, c->recv, c->count, c->type, c->comm, c->stream);
 }
@@ -26,9 +16,8 @@ static int expect(const struct perf_data* d, int rank, size_t k, int64_t* out) {
 
 static const struct perf_coll coll = {
     .tool = "all_gather_perf",
-    .algbw_per_rank = 1,
-    .counts = counts,
-    .bus_factor = bus_factor,
+    .counts = perf_counts_gathered,
+    .bus_factor = perf_bus_split,
     .run = run,
     .expect = expect,
 };

@@ -2,10 +2,6 @@
  * over all ranks; in place, sendbuff == recvbuff. Bus bandwidth: algbw x 2(n-1)/n. */
 #include "common.h"
 
-static void counts(size_t count, size_t esize, int nranks, struct perf_counts* c) {
-  *c = (struct perf_counts){.send = count, .recv = count, .param = count};
-}
-
 static double bus_factor(int nranks) {
   return 2.0 * (nranks - 1) / nranks;
 }
@@ -23,7 +19,7 @@ static const struct perf_coll coll = {
     .tool = "all_reduce_perf",
     .has_op = 1,
     .reduces = 1,
-    .counts = counts,
+    .counts = perf_counts_whole,
     .bus_factor = bus_factor,
     .run = run,
     .expect = expect,

@@ -10,10 +10,6 @@ static void counts(size_t count, size_t esize, int nranks, struct perf_counts* c
       .send = block * (size_t)nranks, .recv = block * (size_t)nranks, .param = block};
 }
 
-static double bus_factor(int nranks) {
-  return (double)(nranks - 1) / nranks;
-}
-
 static loomResult_t run(const struct perf_call* c) {
   return loomAlltoAll(c->send, c->recv, c->count, c->type, c->comm, c->stream);
 }
@@ -26,9 +22,8 @@ static int expect(const struct perf_data* d, int rank, size_t k, int64_t* out) {
 
 static const struct perf_coll coll = {
     .tool = "alltoall_perf",
-    .algbw_per_rank = 1,
     .counts = counts,
-    .bus_factor = bus_factor,
+    .bus_factor = perf_bus_split,
     .run = run,
     .expect = expect,
 };

@@ -91,8 +91,8 @@ static int start_coll(struct perf_thread* t, const struct bench_case* bc,
 /* Waits for what start_coll left running (nccl-tests' completeColl). */
 static int complete_coll(struct perf_thread* t) {
   const struct perf_opts* o = t->w->o;
-  if (o->blocking && o->agg_iters <= 1) return 0;
-  return perf_sync(t);
+  /* Blocking runs waited after every call (start_coll) or group (timed_loop). */
+  return o->blocking ? 0 : perf_sync(t);
 }
 
 /* ---- Check values ---- */
@@ -172,7 +172,7 @@ static int timed_loop(struct perf_thread* t, const struct bench_case* bc,
   int agg = o->agg_iters > 1;
   double t0 = now_s(), coll_only = 0;
   for (int iter = 0; iter < o->iters; iter++) {
-    double ti = now_s();
+    double ti = o->blocking == 3 ? now_s() : 0;
     if (agg) loomGroupStart();
     for (int a = 0; a < o->agg_iters; a++)
       if (start_coll(t, bc, bs, in_place, iter * o->agg_iters + a, agg)) {
@@ -182,8 +182,7 @@ static int timed_loop(struct perf_thread* t, const struct bench_case* bc,
     if (agg && (group_end(t, loomSuccess) ||
                 (o->blocking && (perf_sync(t) || (o->blocking == 1 && perf_barrier(t))))))
       return -1;
-    if (o->blocking == 3) {
-      if (perf_sync(t)) return -1;
+    if (o->blocking == 3) { /* start_coll (or the group above) has waited already */
       coll_only += now_s() - ti; /* the barrier is not the collective's time */
       if (perf_barrier(t)) return -1;
     }
@@ -207,8 +206,7 @@ static int reduce_time(struct perf_thread* t, double* sec) {
 static void bandwidth(const struct perf_thread* t, const struct bench_case* bc,
                       const struct bench_size* bs, double sec, struct perf_cell* cell) {
   const struct perf_coll* c = t->w->coll;
-  double bytes = (double)bs->cnt.param * (double)dtype_size(bc->type);
-  if (c->algbw_per_rank) bytes *= t->w->nranks;
+  double bytes = (double)bs->extent; /* the whole vector: what nccl-tests' algbw counts */
   cell->time_us = sec * 1e6;
   cell->algbw = sec > 0 ? bytes / 1e9 / sec : 0;
   cell->busbw = cell->algbw * c->bus_factor(t->w->nranks);

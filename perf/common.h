@@ -126,7 +126,6 @@ struct perf_coll {
   const char* tool;      /* "all_reduce_perf" */
   int has_op, has_root;  /* otherwise the row says "none" and -1 */
   int reduces;           /* the op combines values (send/receive lists ops but moves data) */
-  int algbw_per_rank;    /* algbw counts param * nranks elements (all-gather and kin) */
   int input_root_only;   /* only the root's input matters (broadcast, scatter) */
   int inplace_unchecked; /* the in-place form has no defined result (send/receive) */
   void (*counts)(size_t count, size_t esize, int nranks, struct perf_counts* out);
@@ -138,6 +137,16 @@ struct perf_coll {
 
 /* Elements per rank rounded down to 16 bytes, as nccl-tests does for split buffers. */
 size_t perf_split_count(size_t count, size_t esize, int nranks);
+/* The shapes of the collectives' buffers (data.c), for perf_coll.counts:
+ * whole: every rank's buffers hold the whole vector (all-reduce, broadcast, reduce, sendrecv);
+ * gathered: send one block, receive n (all-gather, gather; in place at recv + r*block);
+ * scattered: send n blocks, receive one (reduce-scatter, scatter; in place at send + r*block). */
+void perf_counts_whole(size_t count, size_t esize, int nranks, struct perf_counts* c);
+void perf_counts_gathered(size_t count, size_t esize, int nranks, struct perf_counts* c);
+void perf_counts_scattered(size_t count, size_t esize, int nranks, struct perf_counts* c);
+/* nccl-tests' bus-bandwidth factors, for perf_coll.bus_factor: 1, and (n-1)/n. */
+double perf_bus_one(int nranks);
+double perf_bus_split(int nranks);
 
 /* ---- Check values (data.c) ---- */
 

@@ -189,3 +189,27 @@ size_t perf_split_count(size_t count, size_t esize, int nranks) {
   size_t align = esize < 16 ? 16 / esize : 1;
   return (count / (size_t)nranks) & ~(align - 1);
 }
+
+void perf_counts_whole(size_t count, size_t esize, int nranks, struct perf_counts* c) {
+  *c = (struct perf_counts){.send = count, .recv = count, .param = count};
+}
+
+void perf_counts_gathered(size_t count, size_t esize, int nranks, struct perf_counts* c) {
+  size_t block = perf_split_count(count, esize, nranks);
+  *c = (struct perf_counts){
+      .send = block, .recv = block * (size_t)nranks, .param = block, .send_inplace = block};
+}
+
+void perf_counts_scattered(size_t count, size_t esize, int nranks, struct perf_counts* c) {
+  size_t block = perf_split_count(count, esize, nranks);
+  *c = (struct perf_counts){
+      .send = block * (size_t)nranks, .recv = block, .param = block, .recv_inplace = block};
+}
+
+double perf_bus_one(int nranks) {
+  return 1.0;
+}
+
+double perf_bus_split(int nranks) {
+  return (double)(nranks - 1) / nranks;
+}

@@ -7,7 +7,7 @@
 
 #include "common.h"
 
-#define PERF_LINE 256 /* one "# Using devices" line, exchanged between ranks */
+#define PERF_LINE 512 /* one "# Using devices" line, exchanged between ranks (host, cpus, model) */
 
 /* One rank driven by a thread. */
 struct perf_rank {
@@ -72,7 +72,7 @@ void perf_fail(struct perf_thread* t, const struct perf_rank* r, const char* fmt
 /* Waits for every local rank's stream. */
 int perf_sync(struct perf_thread* t);
 /* A one-element all-reduce of each local rank's *vals (in place), on the ranks' streams,
- * waited for. With avg_by_n the sum is divided by the number of ranks. */
+ * waited for. op < 0: a broadcast from rank 0 instead. */
 int perf_allreduce(struct perf_thread* t, void* vals, loomDataType_t type, loomRedOp_t op);
 int perf_barrier(struct perf_thread* t);
 

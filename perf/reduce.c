@@ -3,14 +3,6 @@
  * bandwidth: algbw (factor 1). -r -1 runs every root in turn. */
 #include "common.h"
 
-static void counts(size_t count, size_t esize, int nranks, struct perf_counts* c) {
-  *c = (struct perf_counts){.send = count, .recv = count, .param = count};
-}
-
-static double bus_factor(int nranks) {
-  return 1.0;
-}
-
 static loomResult_t run(const struct perf_call* c) {
   return loomReduce(c->send, c->recv, c->count, c->type, c->op, c->root, c->comm, c->stream);
 }
@@ -26,8 +18,8 @@ static const struct perf_coll coll = {
     .has_op = 1,
     .has_root = 1,
     .reduces = 1,
-    .counts = counts,
-    .bus_factor = bus_factor,
+    .counts = perf_counts_whole,
+    .bus_factor = perf_bus_one,
     .run = run,
     .expect = expect,
 };

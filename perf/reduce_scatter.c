@@ -1,17 +1,7 @@
 /* reduce_scatter_perf - loomReduceScatter. The size is what each rank gives (n blocks of
- * recvcount elements); rank r gets the reduction of block r. In place: sendbuff == recvbuff,
- * the result at recvbuff + r*recvcount. Bus bandwidth: algbw x (n-1)/n, algbw over n blocks. */
+ * recvcount elements); rank r gets the reduction of block r. In place:
+ * recvbuff == sendbuff + r*recvcount. Bus bandwidth: algbw x (n-1)/n, algbw over n blocks. */
 #include "common.h"
-
-static void counts(size_t count, size_t esize, int nranks, struct perf_counts* c) {
-  size_t block = perf_split_count(count, esize, nranks);
-  *c = (struct perf_counts){
-      .send = block * (size_t)nranks, .recv = block, .param = block, .recv_inplace = block};
-}
-
-static double bus_factor(int nranks) {
-  return (double)(nranks - 1) / nranks;
-}
 
 static loomResult_t run(const struct perf_call* c) {
   return loomReduceScatter(c->send, c->recv, c->count, c->type, c->op, c->comm, c->stream);
@@ -26,9 +16,8 @@ static const struct perf_coll coll = {
     .tool = "reduce_scatter_perf",
     .has_op = 1,
     .reduces = 1,
-    .algbw_per_rank = 1,
-    .counts = counts,
-    .bus_factor = bus_factor,
+    .counts = perf_counts_scattered,
+    .bus_factor = perf_bus_split,
     .run = run,
     .expect = expect,
 };

@@ -4,14 +4,6 @@
  * bandwidth: algbw (factor 1). The op is listed, as nccl-tests does, but combines nothing. */
 #include "common.h"
 
-static void counts(size_t count, size_t esize, int nranks, struct perf_counts* c) {
-  *c = (struct perf_counts){.send = count, .recv = count, .param = count};
-}
-
-static double bus_factor(int nranks) {
-  return 1.0;
-}
-
 static loomResult_t run(const struct perf_call* c) {
   int to = (c->rank + 1) % c->nranks, from = (c->rank - 1 + c->nranks) % c->nranks;
   loomResult_t res = loomGroupStart();
@@ -31,8 +23,8 @@ static const struct perf_coll coll = {
     .tool = "sendrecv_perf",
     .has_op = 1,
     .inplace_unchecked = 1,
-    .counts = counts,
-    .bus_factor = bus_factor,
+    .counts = perf_counts_whole,
+    .bus_factor = perf_bus_one,
     .run = run,
     .expect = expect,
 };

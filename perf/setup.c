@@ -177,12 +177,14 @@ static int cap_max_bytes(struct perf_thread* t) {
 static int rank_register(struct perf_thread* t, struct perf_rank* r) {
   const char* fn =
       t->w->o->local_register == 2 ? "-R 2: loomCommRegister" : "-R 1: loomCommRegister";
+  /* The buffers are never empty (mem.c allocates at least a page), even for -e 0. */
+  size_t bytes = t->max_bytes ? t->max_bytes : 1;
   char what[128];
-  snprintf(what, sizeof(what), "%s of the send buffer (%zu bytes)", fn, t->max_bytes);
-  if (loom_ok(t, r, loomCommRegister(r->comm, r->send, t->max_bytes, &r->send_handle), what))
+  snprintf(what, sizeof(what), "%s of the send buffer (%zu bytes)", fn, bytes);
+  if (loom_ok(t, r, loomCommRegister(r->comm, r->send, bytes, &r->send_handle), what))
     return -1;
-  snprintf(what, sizeof(what), "%s of the receive buffer (%zu bytes)", fn, t->max_bytes);
-  return loom_ok(t, r, loomCommRegister(r->comm, r->recv, t->max_bytes, &r->recv_handle), what);
+  snprintf(what, sizeof(what), "%s of the receive buffer (%zu bytes)", fn, bytes);
+  return loom_ok(t, r, loomCommRegister(r->comm, r->recv, bytes, &r->recv_handle), what);
 }
 
 static int rank_buffers(struct perf_thread* t, struct perf_rank* r) {

@@ -207,19 +207,6 @@ Call make_call(const GlooBench& b, size_t count, bool in_place) {
 }
 
 // Input where the call reads it, NaN where it writes, as in mpi_perf.
-void prepare_check(const GlooBench& b, size_t count, bool in_place) {
-  size_t per = count / (size_t)b.nranks;
-  memset(b.recv, 0xff, count * sizeof(float));
-  if (!in_place) {
-    fill_input(b.o.coll, b.send, count, b.rank, b.nranks);
-    return;
-  }
-  if (b.o.coll == COLL_ALLGATHER)
-    fill_values(b.recv + (size_t)b.rank * per, per, b.rank, 0);
-  else if (b.o.coll != COLL_BROADCAST || b.rank == b.o.root)
-    fill_input(b.o.coll, b.recv, count, b.rank, b.nranks);
-}
-
 void measure(const GlooBench& b, size_t count, bool in_place, bench_result* r) {
   long wrong = -1;
   if (count == 0) {  // Gloo refuses empty buffers; nccl-tests shows these rows as no-ops
@@ -227,7 +214,7 @@ void measure(const GlooBench& b, size_t count, bool in_place, bench_result* r) {
     return;
   }
   Call call = make_call(b, count, in_place);
-  if (in_place) prepare_check(b, count, true);
+  if (in_place) bench_prepare_check(b.o.coll, b.o.root, b.send, b.recv, count, b.rank, b.nranks, 1);
   for (int i = 0; i < b.o.warmup; i++) call();
   barrier(b.ctx);
   double t0 = now_seconds();
@@ -235,7 +222,7 @@ void measure(const GlooBench& b, size_t count, bool in_place, bench_result* r) {
   double mine = (now_seconds() - t0) / b.o.iters;
   double slowest = reduce_double(b.ctx, mine, &gloo::max<double>);
   if (b.o.check) {
-    prepare_check(b, count, in_place);
+    bench_prepare_check(b.o.coll, b.o.root, b.send, b.recv, count, b.rank, b.nranks, in_place);
     call();
     double w = (double)check_output(b.o.coll, b.o.op, b.recv, count, b.rank, b.nranks, b.o.root);
     wrong = (long)reduce_double(b.ctx, w, &gloo::sum<double>);
@@ -293,9 +280,7 @@ void print_info(const GlooBench& b) {
            "through the kernel's TCP loopback",
            b.algo.c_str());
   print_header(&b.o, library, how, b.nranks);
-  printf("#\n# Using devices\n");
-  for (int r = 0; r < b.nranks; r++)
-    printf("#  Rank %2d Group  0 Pid %6d on %10s device host\n", r, pids[(size_t)r], host);
+  print_devices(pids.data(), b.nranks, host);
   print_rule_lines();
 }
 

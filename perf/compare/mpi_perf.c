@@ -73,23 +73,9 @@ static int coll_call(const struct mpi_bench* b, size_t count, int in_place) {
 }
 
 /* Fills the buffers for a checked call: input where the call reads it, NaN where it writes. */
-static void prepare_check(const struct mpi_bench* b, size_t count, int in_place) {
-  const struct bench_opts* o = &b->o;
-  size_t per = count / (size_t)b->nranks;
-  memset(b->recv, 0xff, count * sizeof(float));
-  if (!in_place) {
-    fill_input(o->coll, b->send, count, b->rank, b->nranks);
-    return;
-  }
-  if (o->coll == COLL_ALLGATHER)
-    fill_values(b->recv + (size_t)b->rank * per, per, b->rank, 0);
-  else if (o->coll != COLL_BROADCAST || b->rank == o->root)
-    fill_input(o->coll, b->recv, count, b->rank, b->nranks);
-}
-
 static long run_check(const struct mpi_bench* b, size_t count, int in_place) {
   long wrong, total = 0;
-  prepare_check(b, count, in_place);
+  bench_prepare_check(b->o.coll, b->o.root, b->send, b->recv, count, b->rank, b->nranks, in_place);
   if (coll_call(b, count, in_place) != MPI_SUCCESS) return -1;
   wrong = (long)check_output(b->o.coll, b->o.op, b->recv, count, b->rank, b->nranks, b->o.root);
   MPI_Allreduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -99,7 +85,8 @@ static long run_check(const struct mpi_bench* b, size_t count, int in_place) {
 static int measure(const struct mpi_bench* b, size_t count, int in_place, struct bench_result* r) {
   double t0, mine, slowest;
   long wrong = -1;
-  if (in_place) prepare_check(b, count, 1); /* defined input; in-place sums still grow */
+  if (in_place) /* defined input; in-place sums still grow */
+    bench_prepare_check(b->o.coll, b->o.root, b->send, b->recv, count, b->rank, b->nranks, 1);
   for (int i = 0; i < b->o.warmup; i++)
     if (coll_call(b, count, in_place) != MPI_SUCCESS) return -1;
   MPI_Barrier(MPI_COMM_WORLD);
@@ -120,9 +107,7 @@ static void print_ranks(const struct mpi_bench* b) {
   MPI_Get_processor_name(host, &len);
   MPI_Gather(&pid, 1, MPI_INT, pids, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (b->rank != 0) return;
-  printf("#\n# Using devices\n");
-  for (int r = 0; r < b->nranks; r++)
-    printf("#  Rank %2d Group  0 Pid %6d on %10s device host\n", r, pids[r], host);
+  print_devices(pids, b->nranks, host);
   free(pids);
 }
 

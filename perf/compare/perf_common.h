@@ -279,6 +279,30 @@ static inline void fill_input(enum coll_kind c, float* send, size_t count, int r
 /* Counts the elements of OUT that differ from what rank RANK must hold after the collective.
  * OUT points at the rank's result: the whole buffer, except reduce-scatter (recvcount
  * elements). */
+/* The buffers before a checked call: recv poisoned, and the input where the
+ * call reads it (in place: inside recv, where the collective's in-place form
+ * puts it). */
+static inline void bench_prepare_check(enum coll_kind c, int root, float* send, float* recv,
+                                       size_t count, int rank, int nranks, int in_place) {
+  size_t per = count / (size_t)nranks;
+  memset(recv, 0xff, count * sizeof(float));
+  if (!in_place) {
+    fill_input(c, send, count, rank, nranks);
+    return;
+  }
+  if (c == COLL_ALLGATHER)
+    fill_values(recv + (size_t)rank * per, per, rank, 0);
+  else if (c != COLL_BROADCAST || rank == root)
+    fill_input(c, recv, count, rank, nranks);
+}
+
+/* The "Using devices" lines, one per rank (host ranks: no device). */
+static inline void print_devices(const int* pids, int nranks, const char* host) {
+  printf("#\n# Using devices\n");
+  for (int r = 0; r < nranks; r++)
+    printf("#  Rank %2d Group  0 Pid %6d on %10s device host\n", r, pids[r], host);
+}
+
 static inline size_t check_output(enum coll_kind c, enum red_kind op, const float* out,
                                   size_t count, int rank, int nranks, int root) {
   size_t wrong = 0, per = count / (size_t)nranks;

@@ -11,7 +11,7 @@ size band; beside each, .cmd holds the exact command and .rc its exit status), D
                                    perf tools write, each value the median over the repeats
   DIR/summary.json, DIR/summary.md per size: every library's busbw and time, Loom's ratio to
                                    the best peer
-  DIR/plots/<tool>_n<N>.png        busbw against size (perf/plot when present, else gnuplot)
+  DIR/plots/<tool>_n<N>.png        bus bandwidth and time against size (perf/plot)
 
 Only the standard library, so a fresh Debian has what it needs.
 """
@@ -20,7 +20,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -324,40 +323,6 @@ def write_summary(out, docs, meta, placement):
     return summary
 
 
-def gnuplot_plot(png, docs_for_plot, title, placement):
-    """busbw against size, one line per library; the data inline, so the script stands alone."""
-    key = "out_of_place" if placement == "out" else "in_place"
-    lines = ['set terminal pngcairo size 900,560 noenhanced' if have_pngcairo() else
-             'set terminal png size 900,560', 'set output "%s"' % png,
-             'set title "%s"' % title, "set logscale x 2", "set logscale y 10",
-             'set format x "%.0b%B"', "set xlabel \"size (bytes)\"",
-             "set ylabel \"busbw (GB/s)\"", "set key left top", "set grid"]
-    plots, data = [], []
-    for name, doc in docs_for_plot:
-        pts = [(r["size"], r[key]["busbw"]) for r in doc["results"]
-               if r["size"] > 0 and r[key] and r[key]["busbw"] > 0]
-        if not pts:
-            continue
-        plots.append("'-' using 1:2 with linespoints title \"%s\"" % name)
-        data.append("\n".join("%d %g" % p for p in pts) + "\ne")
-    if not plots:
-        return False
-    script = "\n".join(lines) + "\nplot " + ", ".join(plots) + "\n" + "\n".join(data) + "\n"
-    res = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
-    return res.returncode == 0
-
-
-_PNGCAIRO = None
-
-
-def have_pngcairo():
-    global _PNGCAIRO
-    if _PNGCAIRO is None:
-        res = subprocess.run(["gnuplot", "-e", "set terminal"], capture_output=True, text=True)
-        _PNGCAIRO = "pngcairo" in (res.stdout + res.stderr)
-    return _PNGCAIRO
-
-
 def label_of(lib):
     base, _, algo = lib.partition("-")
     return LABEL.get(base, base) + (" " + algo if algo and algo != "default" else "")
@@ -377,26 +342,20 @@ def write_plots(out, docs, files, plot_cmd, placement):
             order = ["loom"] + PEERS
             keys.sort(key=lambda k: (order.index(k[0].split("-")[0]) if k[0].split("-")[0] in order
                                      else len(order), k[0]))
-            if plot_cmd:
-                argv = [plot_cmd, "-o", png, "-t", "%s, %d ranks, %s, median of %s run(s), %s"
-                        % (title, n, where, docs[keys[0]].get("repeats"),
-                           docs[keys[0]]["machine"].get("hostname", ""))]
-                if placement == "in":
-                    argv.append("--in-place")
-                for k in keys:
-                    argv += ["-l", label_of(k[0]), files[k]]
-                res = subprocess.run(argv, capture_output=True, text=True)
-                if res.returncode == 0 and os.path.exists(png):
-                    made.append(png)
-                    how = plot_cmd
-                    continue
-                sys.stderr.write("summarize: %s failed (%s); using gnuplot\n"
-                                 % (plot_cmd, (res.stderr or "").strip()[:200]))
-            if shutil.which("gnuplot"):
-                named = [(label_of(k[0]), docs[k]) for k in keys]
-                if gnuplot_plot(png, named, "%s, %d ranks, busbw (%s)" % (title, n, where), placement):
-                    made.append(png)
-                    how = how or "gnuplot"
+            argv = [plot_cmd, "-o", png, "-t", "%s, %d ranks, %s, median of %s run(s), %s"
+                    % (title, n, where, docs[keys[0]].get("repeats"),
+                       docs[keys[0]]["machine"].get("hostname", ""))]
+            if placement == "in":
+                argv.append("--in-place")
+            for k in keys:
+                argv += ["-l", label_of(k[0]), files[k]]
+            res = subprocess.run(argv, capture_output=True, text=True)
+            if res.returncode == 0 and os.path.exists(png):
+                made.append(png)
+                how = plot_cmd
+            else:
+                sys.stderr.write("summarize: %s failed (%s); no plot %s\n"
+                                 % (plot_cmd, (res.stderr or "").strip()[:200], png))
     return made, how
 
 
@@ -404,7 +363,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--placement", choices=["out", "in"], default="out")
-    ap.add_argument("--plot-cmd", default=None, help="perf/plot, when present")
+    ap.add_argument("--plot-cmd", help="the plotting tool (default: perf/plot beside this script)",
+                    default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot"))
     a = ap.parse_args()
     meta = {}
     if os.path.exists(os.path.join(a.out, "meta.json")):
