@@ -9,10 +9,12 @@
 #include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -100,18 +102,6 @@ std::string random_hex() {
   char buf[32];
   snprintf(buf, sizeof(buf), "%016llx", v);
   return buf;
-}
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, (sockaddr*)&a, sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, (sockaddr*)&a, &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 void run_procs(int nranks, const std::function<void(Ctx&)>& body, const Opts& opts) {
@@ -247,6 +237,61 @@ std::vector<std::string> shm_entries() {
     if (strncmp(e->d_name, "loom-", 5) == 0) out.push_back(e->d_name);
   closedir(d);
   return out;
+}
+
+int free_port(int family) {
+  int fd = socket(family, SOCK_STREAM, 0);
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (family == AF_INET6) {
+    auto* a = (sockaddr_in6*)&ss;
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(*a);
+  } else {
+    auto* a = (sockaddr_in*)&ss;
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*a);
+  }
+  bind(fd, (sockaddr*)&ss, len);
+  getsockname(fd, (sockaddr*)&ss, &len);
+  close(fd);
+  return family == AF_INET6 ? ntohs(((sockaddr_in6*)&ss)->sin6_port)
+                            : ntohs(((sockaddr_in*)&ss)->sin_port);
+}
+
+void meet(const Ctx& c, int expected) {
+  const std::string path = c.id_file + ".meet";
+  int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0600);
+  ASSERT_GE(fd, 0) << "cannot open " << path;
+  ASSERT_EQ(write(fd, "x", 1), 1);
+  close(fd);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < end) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return;  // removed: everyone was in
+    if (st.st_size >= expected) {
+      unlink(path.c_str());
+      return;
+    }
+    usleep(1000);
+  }
+  ADD_FAILURE() << "rank " << c.rank << ": the other ranks never arrived";
+}
+
+::testing::AssertionResult names_rank(const std::string& text, int k) {
+  for (const std::string word : {"peer ", "rank "}) {
+    const std::string want = word + std::to_string(k);
+    for (size_t at = text.find(want); at != std::string::npos; at = text.find(want, at + 1)) {
+      size_t end = at + want.size();
+      bool starts = at == 0 || !isalnum((unsigned char)text[at - 1]);
+      bool ends = end == text.size() || !isdigit((unsigned char)text[end]);
+      if (starts && ends) return ::testing::AssertionSuccess();
+    }
+  }
+  return ::testing::AssertionFailure() << "the error text \"" << text << "\" does not name rank "
+                                       << k << " (\"peer " << k << "\" or \"rank " << k << "\")";
 }
 
 }  // namespace harness

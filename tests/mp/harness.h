@@ -14,6 +14,8 @@
 #ifndef LOOM_TESTS_HARNESS_H
 #define LOOM_TESTS_HARNESS_H
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <string>
 #include <utility>
@@ -55,6 +57,19 @@ void share_id(const Ctx& ctx, loomUniqueId* id);
 
 // Names of /dev/shm entries that Loom made (loom-*).
 std::vector<std::string> shm_entries();
+
+// A TCP port on loopback (AF_INET or AF_INET6) that was free a moment ago.
+int free_port(int family = 2 /* AF_INET */);
+
+// Waits (at most 20 s) until `expected` ranks of this run have called it: a
+// file next to the run's id file counts arrivals, and whoever sees them all
+// removes it. Needs ctx.id_file (process ranks, and thread ranks of run()).
+void meet(const Ctx& c, int expected);
+
+// The text names rank k as "peer k" or "rank k" (not "rank 12" for k = 1).
+// No std::regex: thread ranks call it at once, and libstdc++'s locale
+// caching races.
+::testing::AssertionResult names_rank(const std::string& text, int k);
 
 }  // namespace harness
 

@@ -327,18 +327,6 @@ TEST(CommInitAllArgs, DevlistIsInvalidUsage) {
 
 // ---- loomCommInitFromEnv -----------------------------------------------------
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, (sockaddr*)&a, sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, (sockaddr*)&a, &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 using Env = std::vector<std::pair<std::string, std::string>>;
 
 // Every variable any family reads, set empty (the library treats empty as
@@ -406,7 +394,7 @@ TEST_P(CommFromEnvFamily, InitAndAllReduce) {
   // on one by themselves.
   set_env(o.env, "LOOM_SECRET", "");
   set_env(o.env, f.size_var, std::to_string(n));
-  int port = free_port();
+  int port = harness::free_port();
   if (f.master) {
     set_env(o.env, "MASTER_ADDR", "127.0.0.1");
     set_env(o.env, "MASTER_PORT", std::to_string(port));
@@ -455,7 +443,7 @@ TEST(CommFromEnvOrder, TorchrunBeforeOmpiPmiSlurm) {
   set_env(o.env, "PMI_SIZE", std::to_string(n));
   set_env(o.env, "SLURM_NTASKS", std::to_string(n));
   set_env(o.env, "MASTER_ADDR", "127.0.0.1");
-  set_env(o.env, "MASTER_PORT", std::to_string(free_port()));
+  set_env(o.env, "MASTER_PORT", std::to_string(harness::free_port()));
   harness::run(
       n, Mode::Proc,
       [](Ctx& c) {
@@ -515,7 +503,7 @@ TEST(CommFromEnvErrors, RankWithoutSize) {
   o.init = Init::None;
   o.env = clear_all_families();
   set_env(o.env, "LOOM_RANK", "0");
-  set_env(o.env, "LOOM_ROOT", "127.0.0.1:" + std::to_string(free_port()));
+  set_env(o.env, "LOOM_ROOT", "127.0.0.1:" + std::to_string(harness::free_port()));
   harness::run(
       1, Mode::Proc,
       [](Ctx&) {

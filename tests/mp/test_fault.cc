@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <regex>
 #include <set>
 #include <string>
 #include <thread>
@@ -32,6 +31,8 @@
 namespace {
 
 using harness::Ctx;
+using harness::meet;
+using harness::names_rank;
 using harness::Mode;
 using Clock = std::chrono::steady_clock;
 
@@ -42,14 +43,6 @@ constexpr size_t kBigCount = 8u << 20;  // 8 Mi floats: peers are mid-collective
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The text names rank k as "peer k" or "rank k" (not "rank 12" for k = 1).
-::testing::AssertionResult names_rank(const std::string& text, int k) {
-  std::regex re("\\b(peer|rank) " + std::to_string(k) + "\\b", std::regex::icase);
-  if (std::regex_search(text, re)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "the error text \"" << text << "\" does not name rank "
-                                       << k << " (\"peer " << k << "\" or \"rank " << k << "\")";
 }
 
 // Loom's entries in /dev/shm that were not there before.
@@ -88,28 +81,6 @@ std::string join(const std::vector<std::string>& v) {
     auto added_ = (watch).added();                                       \
     EXPECT_TRUE(added_.empty()) << "left in /dev/shm: " << join(added_); \
   } while (0)
-
-// Waits (at most 20 s) until `expected` ranks of this run have called it.
-// A file next to the run's id file counts the arrivals; `remover` removes it
-// once all are in.
-void meet(const Ctx& c, int expected, int remover) {
-  const std::string path = c.id_file + ".meet";
-  int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0600);
-  ASSERT_GE(fd, 0) << "cannot open " << path;
-  ASSERT_EQ(write(fd, "x", 1), 1);
-  close(fd);
-  auto end = Clock::now() + std::chrono::seconds(20);
-  while (Clock::now() < end) {
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) return;  // removed: everyone was in
-    if (st.st_size >= expected) {
-      if (c.rank == remover) unlink(path.c_str());
-      return;
-    }
-    usleep(1000);
-  }
-  ADD_FAILURE() << "rank " << c.rank << ": the other ranks never arrived";
-}
 
 // When the survivors release their communicators (loomCommDestroy by the
 // harness, right after the body).
@@ -230,7 +201,7 @@ TEST_P(FaultAllReduce, SurvivorsGetRemoteErrorNamingIt) {
         EXPECT_TRUE(names_rank(loomGetLastError(c.comm), d.dead)) << "loomGetLastError(comm)";
         EXPECT_LT(s, kDetectS) << "rank " << c.rank << " took " << s << " s to notice";
         expect_broken(c, loomRemoteError);
-        if (release == Release::Held) meet(c, d.nranks - 1, d.dead == 0 ? 1 : 0);
+        if (release == Release::Held) meet(c, d.nranks - 1);
       },
       o);
   EXPECT_SHM_CLEAN(shm);
@@ -303,7 +274,7 @@ TEST_P(FaultAbort, PeersBlockedWithItGetRemoteError) {
           EXPECT_LOOM_OK(loomCommAbort(c.comm));
           EXPECT_LT(since(t0), kImmediateS) << "loomCommAbort blocked";
           c.comm = nullptr;  // released by the abort
-          if (release == Release::Held) meet(c, c.nranks, 0);
+          if (release == Release::Held) meet(c, c.nranks);
           return;
         }
         std::vector<float> v(1 << 20, 1.0f);
@@ -316,7 +287,7 @@ TEST_P(FaultAbort, PeersBlockedWithItGetRemoteError) {
         EXPECT_TRUE(names_rank(loomGetLastError(c.comm), aborter)) << "loomGetLastError(comm)";
         EXPECT_LT(s, kDetectS) << "rank " << c.rank << " took " << s << " s to notice";
         expect_broken(c, loomRemoteError);
-        if (release == Release::Held) meet(c, c.nranks, 0);
+        if (release == Release::Held) meet(c, c.nranks);
       },
       o);
   EXPECT_SHM_CLEAN(shm);
@@ -351,7 +322,7 @@ TEST_P(FaultAbort, FromAWatchdogThreadWhileBlocked) {
           watchdog.join();
           EXPECT_NE(r, loomSuccess) << "the aborted all-reduce succeeded";
           c.comm = nullptr;  // released by the abort
-          if (release == Release::Held) meet(c, c.nranks, 0);
+          if (release == Release::Held) meet(c, c.nranks);
           return;
         }
         if (c.rank == late) usleep(1000 * 1000);
@@ -364,7 +335,7 @@ TEST_P(FaultAbort, FromAWatchdogThreadWhileBlocked) {
         EXPECT_TRUE(names_rank(loomGetLastError(c.comm), aborter)) << "loomGetLastError(comm)";
         EXPECT_LT(s, kDetectS) << "rank " << c.rank << " took " << s << " s to notice";
         expect_broken(c, loomRemoteError);
-        if (release == Release::Held) meet(c, c.nranks, 0);
+        if (release == Release::Held) meet(c, c.nranks);
       },
       o);
   EXPECT_SHM_CLEAN(shm);
@@ -403,7 +374,7 @@ TEST_P(FaultTimeout, AllReduceWithARankThatNeverCalls) {
       [](Ctx& c) {
         auto t0 = Clock::now();
         if (c.rank == 1) {
-          meet(c, c.nranks, 0);
+          meet(c, c.nranks);
           return;
         }
         std::vector<float> v(1 << 16, 1.0f);
@@ -416,7 +387,7 @@ TEST_P(FaultTimeout, AllReduceWithARankThatNeverCalls) {
         EXPECT_NE(std::string(loomGetLastError(c.comm)).find("time"), std::string::npos)
             << "the text does not say it timed out: " << loomGetLastError(c.comm);
         expect_broken(c, loomTimeout);
-        meet(c, c.nranks, 0);
+        meet(c, c.nranks);
       },
       o);
   EXPECT_SHM_CLEAN(shm);
@@ -441,7 +412,7 @@ TEST(FaultInitTimeout, ARankThatNeverJoins) {
       [](Ctx& c) {
         loomUniqueId id;
         if (c.rank == 2) {
-          meet(c, c.nranks, 0);  // joins nothing until the others gave up
+          meet(c, c.nranks);  // joins nothing until the others gave up
           return;
         }
         harness::share_id(c, &id);
@@ -459,7 +430,7 @@ TEST(FaultInitTimeout, ARankThatNeverJoins) {
         }
         EXPECT_EQ(comm, nullptr) << "a failed init wrote *comm";
         if (r == loomSuccess) c.comm = comm;
-        meet(c, c.nranks, 0);
+        meet(c, c.nranks);
       },
       o);
   EXPECT_SHM_CLEAN(shm);

@@ -351,7 +351,6 @@ TEST_P(SocketChoice, OneHostUsesSocketsOnlyWhenForced) {
     if (c.mode == Mode::Thread && ++done < c.nranks) return;
     std::string log = read_file(own_log());
     unlink(own_log().c_str());
-    std::smatch m;
     std::regex over("over (\\w+)");
     int count = 0;
     for (auto it = std::sregex_iterator(log.begin(), log.end(), over); it != std::sregex_iterator();
@@ -380,28 +379,6 @@ INSTANTIATE_TEST_SUITE_P(Modes, SocketChoice,
 
 // ---- Addresses ----------------------------------------------------------------------
 
-int free_port(int family) {
-  int fd = socket(family, SOCK_STREAM, 0);
-  sockaddr_storage ss{};
-  socklen_t len;
-  if (family == AF_INET6) {
-    auto* a = (sockaddr_in6*)&ss;
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_loopback;
-    len = sizeof(*a);
-  } else {
-    auto* a = (sockaddr_in*)&ss;
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    len = sizeof(*a);
-  }
-  bind(fd, (sockaddr*)&ss, len);
-  getsockname(fd, (sockaddr*)&ss, &len);
-  close(fd);
-  return ntohs(family == AF_INET6 ? ((sockaddr_in6*)&ss)->sin6_port
-                                  : ((sockaddr_in*)&ss)->sin_port);
-}
-
 struct AddrCase {
   std::string name;
   Env env;
@@ -422,7 +399,7 @@ TEST_P(SocketAddr, ListensWhereItShould) {
   Env env = log_env(prefix);
   for (auto& kv : socket_env(2)) env.push_back(kv);
   for (auto& kv : ac.env)
-    env.push_back({kv.first, kv.second == "PORT6" ? "[::1]:" + std::to_string(free_port(AF_INET6))
+    env.push_back({kv.first, kv.second == "PORT6" ? "[::1]:" + std::to_string(harness::free_port(AF_INET6))
                                                   : kv.second});
   harness::Opts o;
   o.init = harness::Init::FromEnv;
@@ -597,42 +574,15 @@ TEST(SocketStranger, RefusedAndHarmless) {
 
 // ---- Failures ------------------------------------------------------------------------
 
-// "peer k" or "rank k", not "rank 12" for k = 1. (No std::regex: thread
-// ranks call it at once, and libstdc++'s locale caching races.)
-::testing::AssertionResult names_rank(const std::string& text, int k) {
-  for (const std::string word : {"peer ", "rank "}) {
-    const std::string want = word + std::to_string(k);
-    for (size_t at = text.find(want); at != std::string::npos; at = text.find(want, at + 1)) {
-      size_t end = at + want.size();
-      bool starts = at == 0 || !isalnum((unsigned char)text[at - 1]);
-      bool ends = end == text.size() || !isdigit((unsigned char)text[end]);
-      if (starts && ends) return ::testing::AssertionSuccess();
-    }
-  }
-  return ::testing::AssertionFailure()
-         << "the error text \"" << text << "\" does not name rank " << k;
-}
+using harness::names_rank;
 
-// Process ranks: waits until `expected` ranks called it (a file next to the
-// run's id file counts arrivals). Thread ranks: an atomic count.
+// Thread ranks of run_ranks (no id file): an atomic count. Process ranks:
+// harness::meet.
 void meet(const Ctx& c, int expected, std::atomic<int>* threads) {
+  if (c.mode != Mode::Thread) return harness::meet(c, expected);
   auto end = Clock::now() + std::chrono::seconds(20);
-  if (c.mode == Mode::Thread) {
-    ++*threads;
-    while (threads->load() < expected && Clock::now() < end) usleep(1000);
-    return;
-  }
-  const std::string path = c.id_file + ".meet";
-  int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0600);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, "x", 1), 1);
-  close(fd);
-  while (Clock::now() < end) {
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0 && st.st_size >= expected) return;
-    usleep(1000);
-  }
-  ADD_FAILURE() << "rank " << c.rank << ": the other ranks never arrived";
+  ++*threads;
+  while (threads->load() < expected && Clock::now() < end) usleep(1000);
 }
 
 struct Death {
