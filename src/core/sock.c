@@ -21,8 +21,6 @@
 
 /* Waits are cut into slices so that an abort flag is seen within this long. */
 #define SOCK_SLICE_MS 100
-#define SOCK_BACKOFF_FIRST_MS 10
-#define SOCK_BACKOFF_MAX_MS 500
 
 /* ---- Addresses ------------------------------------------------------------ */
 
@@ -229,9 +227,7 @@ fail:;
                      text, strerror(e));
 }
 
-/* Errors that mean "the listener is not there yet" or a transient path
- * problem: worth another try until the deadline. */
-static int connect_retryable(int err) {
+int sock_connect_retryable(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET || err == ECONNABORTED ||
          err == EHOSTUNREACH || err == ENETUNREACH || err == EAGAIN || err == EINTR;
 }
@@ -295,7 +291,7 @@ loomResult_t sock_connect(struct loomComm* comm, const union sock_addr* addr, co
       return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
                          "bootstrap: communicator aborted while connecting to %s at %s", what,
                          text);
-    if (!connect_retryable(err))
+    if (!sock_connect_retryable(err))
       return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
                          "bootstrap: connect to %s at %s failed: %s", what, text, strerror(err));
     if (dl_passed(dl))

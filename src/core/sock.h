@@ -81,6 +81,13 @@ int sock_send_nowait(int fd, const void* buf, size_t len);
 /* Text for a value returned by the functions above. */
 const char* sock_err_str(int err);
 
+/* Backoff between connection attempts to a listener that is not up yet. */
+#define SOCK_BACKOFF_FIRST_MS 10
+#define SOCK_BACKOFF_MAX_MS 500
+/* 1 for the connect() errors that mean "the listener is not there yet" or a
+ * transient path problem: worth another try until the deadline. Pure. */
+int sock_connect_retryable(int err);
+
 /* shutdown() then close(); ignores errors (the peer may be gone). */
 void sock_close(int fd);
 

@@ -34,6 +34,7 @@ struct tp_comm {
   struct conn** recv_conns;
   int spin;
   int same_host_ranks;
+  int helper_threads;      /* threads a transport runs for this rank (tp_helper_thread_add) */
   struct peer_state* peer; /* peer.c */
   int allowed[TP_MAX_TRANSPORTS]; /* by LOOM_TRANSPORTS, index in all_transports */
   void* state[TP_MAX_TRANSPORTS]; /* each transport's own (tp_comm_state) */
@@ -76,6 +77,8 @@ static loomResult_t transports_comm_init(struct loomComm* comm) {
 loomResult_t tp_comm_init_none(struct loomComm* comm, int used) {
   return loomSuccess;
 }
+
+void tp_helper_thread_add(struct loomComm* comm) { comm->tp->helper_threads++; }
 
 void** tp_comm_state(struct loomComm* comm, const struct loom_transport* t) {
   for (int i = 0; i < NTRANSPORTS; i++)
@@ -173,9 +176,9 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
   shm_unlink(name);
   for (int i = 0; i < NTRANSPORTS; i++) tp->allowed[i] = tp_transport_allowed(all_transports[i]->name);
   LOOM_CHECK(transports_comm_init(comm));
-  /* A rank that uses sockets has a network thread too: spinning would take
-   * its core. */
-  int threads = tp->same_host_ranks * (*tp_comm_state(comm, &loom_transport_socket) ? 2 : 1);
+  /* A transport's own thread (sockets' network thread) needs a core too:
+   * spinning would take it. */
+  int threads = tp->same_host_ranks * (1 + tp->helper_threads);
   long long spin = params_get()->spin_count;
   if (spin < 0) spin = threads > cpus_online() ? 0 : 2000;
   tp->spin = (int)spin;

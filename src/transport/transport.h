@@ -118,6 +118,9 @@ struct bell* tp_peer_bell(struct loomComm* comm, int peer);
 /* Where transport t keeps its per-communicator state (NULL until its
  * comm_init sets it). */
 void** tp_comm_state(struct loomComm* comm, const struct loom_transport* t);
+/* A transport's comm_init says it runs a thread of its own for this rank
+ * (the waiters then spin less, so as not to starve it). */
+void tp_helper_thread_add(struct loomComm* comm);
 /* The shared comm_init of transports with nothing to set up per
  * communicator. */
 loomResult_t tp_comm_init_none(struct loomComm* comm, int used);

@@ -20,9 +20,6 @@
 #   stranger_transport strangers at the socket transport's listening ports
 #                      while the communicator lives; it keeps working
 #   sweep              only removes what crashed runs left (net_selftest.sh)
-# The data cases need the socket transport; in a tree without it they are
-# SKIPPED with that reason (LOOM_NET_SOCKET=0, set by ctest; LOOM_NET_FORCE=1
-# runs them anyway).
 # LOOM_NET_KEEP=1 keeps the logs. Prints PASS/FAIL/SKIP per sub-case and a
 # closing "N passed, N failed, N skipped" line. Exit 0, 1 (a failure) or 77.
 # shellcheck disable=SC2034 # variables read by the sourced net_lib.sh and net_faults.sh
@@ -57,13 +54,6 @@ finish() {
 }
 
 # ---- Set-up shared by the cases -------------------------------------------------
-
-# Whether this build has the socket transport: LOOM_NET_SOCKET, which ctest
-# sets from the source tree (tests/net/CMakeLists.txt); by hand it is assumed.
-socket_built() {
-  [ "${LOOM_NET_FORCE:-0}" = 1 ] || [ "${LOOM_NET_SOCKET:-1}" = 1 ]
-}
-NO_SOCKET="needs the socket transport (src/transport/socket), which this tree does not have yet"
 
 new_secret() { od -An -N8 -tx8 /dev/urandom | tr -d ' \n'; }
 
@@ -180,7 +170,6 @@ case_bootstrap() {
 }
 
 case_matrix() { # hosts ranks-per-host family
-  socket_built || { skip "matrix" "$NO_SOCKET"; return; }
   topo "$1" "$2" "$3"
   if [ "$3" = 6 ]; then
     matrix "ipv6-$1x$2-unforced" 240 "" --big
@@ -191,7 +180,6 @@ case_matrix() { # hosts ranks-per-host family
 }
 
 case_loss() {
-  socket_built || { skip loss "$NO_SOCKET"; return; }
   command -v nft >/dev/null 2>&1 || { skip loss "nftables (nft) is not installed (scripts/deps.sh installs it)"; return; }
   topo 4 1 4
   local ns err
@@ -218,7 +206,6 @@ EOF
 }
 
 case_tbf() {
-  socket_built || { skip tbf "$NO_SOCKET"; return; }
   topo 2 2 4
   local br="$NET_RUN-br" err
   # Host 1's link, both ways: the bridge's end (towards host 1) and eth0.

@@ -47,7 +47,7 @@ void sock_conn_break(struct sock_conn* c, loomResult_t code, const char* fmt, ..
   atomic_store_explicit(&c->broken, 1, memory_order_release);
   LOOM_INFO(SUB_NET, "rank %d: socket connection %s peer %d (%s lane) broke: %s",
             c->base.comm->rank, c->base.is_send ? "to" : "from", c->base.peer,
-            c->base.lane == LANE_P2P ? "p2p" : "collective", c->why);
+            sock_lane_name(c->base.lane), c->why);
   sock_wake_rank(c->sc);
 }
 

@@ -28,6 +28,11 @@
 #include "../../core/sock.h"
 #include "../transport.h"
 
+/* "p2p" or "collective", for messages. */
+static inline const char* sock_lane_name(int lane) {
+  return lane == LANE_P2P ? "p2p" : "collective";
+}
+
 #define SOCK_HELLO_MAGIC 0x4c4d534bu /* "LMSK" */
 #define SOCK_FRAME_MAGIC 0x4c4d4652u /* "LMFR" */
 #define SOCK_WIRE_VERSION 1

@@ -27,8 +27,6 @@
 #include "socket.h"
 
 #define SOCK_TICK_MS 10
-#define SOCK_BACKOFF_FIRST_MS 10
-#define SOCK_BACKOFF_MAX_MS 500
 #define SOCK_EVENTS 64
 
 void sock_thread_wake(struct sock_comm* sc) {
@@ -39,9 +37,6 @@ void sock_thread_wake(struct sock_comm* sc) {
   } while (n < 0 && errno == EINTR); /* EAGAIN: the count is huge, it is awake anyway */
 }
 
-static const char* lane_name(int lane) {
-  return lane == LANE_P2P ? "p2p" : "collective";
-}
 
 static void batch_add(struct sock_conn** batch, struct sock_conn* c) {
   if (c->in_batch) return;
@@ -158,7 +153,7 @@ static void hello_done(struct sock_comm* sc, struct sock_pending* p, struct sock
   for (struct sock_pending* q = sc->pending; q; q = q->next)
     if (q->parked && q->hello.src == h->src && q->hello.lane == h->lane &&
         q->hello.stream == h->stream) {
-      snprintf(buf, sizeof(buf), "rank %d opened %s stream %u twice", h->src, lane_name(h->lane),
+      snprintf(buf, sizeof(buf), "rank %d opened %s stream %u twice", h->src, sock_lane_name(h->lane),
                h->stream);
       pending_drop(sc, p, buf);
       return;
@@ -233,11 +228,6 @@ static void stream_tune(const struct sock_comm* sc, int fd) {
   }
 }
 
-static int connect_retryable(int err) {
-  return err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET || err == ECONNABORTED ||
-         err == EHOSTUNREACH || err == ENETUNREACH || err == EAGAIN || err == EINTR;
-}
-
 static void connecting_done(struct sock_comm* sc, struct sock_conn* c) {
   if (!c->connecting) return;
   c->connecting = 0;
@@ -252,12 +242,12 @@ static void connect_failed(struct sock_comm* sc, struct sock_conn* c, struct soc
   if (s->fd >= 0) close(s->fd); /* leaves the epoll set with it */
   s->fd = -1;
   pthread_mutex_lock(&c->lock);
-  if (connect_retryable(err) && !deadline_passed(&c->connect_dl)) {
+  if (sock_connect_retryable(err) && !deadline_passed(&c->connect_dl)) {
     s->state = ST_RETRY;
     s->backoff_ms =
         s->backoff_ms ? LOOM_MIN(2 * s->backoff_ms, SOCK_BACKOFF_MAX_MS) : SOCK_BACKOFF_FIRST_MS;
     s->retry_at_ns = time_now_ns() + (uint64_t)s->backoff_ms * 1000000u;
-  } else if (connect_retryable(err)) {
+  } else if (sock_connect_retryable(err)) {
     sock_conn_break(c, loomTimeout, "could not connect to peer %d at %s within %lld ms (%s)",
                     c->base.peer, text, c->base.comm->timeout_ms, strerror(err));
   } else {
@@ -325,7 +315,7 @@ static void send_stream_probe(struct sock_conn* c, struct sock_stream* s) {
     sock_conn_peer_gone(c,
                         "peer %d closed its socket connection (%s lane, stream %d: %s): it "
                         "aborted, failed or was destroyed",
-                        c->base.peer, lane_name(c->base.lane), s->index,
+                        c->base.peer, sock_lane_name(c->base.lane), s->index,
                         n == 0 ? "end of stream" : strerror(errno));
   pthread_mutex_unlock(&c->lock);
 }
@@ -506,6 +496,7 @@ loomResult_t sock_net_start(struct sock_comm* sc) {
     return err_set_sub(comm, SUB_NET, loomSystemError, "cannot start the network thread: %s",
                        strerror(rc));
   sc->thread_live = 1;
+  tp_helper_thread_add(sc->comm);
   return loomSuccess;
 }
 

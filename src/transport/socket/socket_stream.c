@@ -27,9 +27,6 @@
 
 #define SOCK_BOUNCE_MAX (256u << 10)
 
-static const char* lane_name(int lane) {
-  return lane == LANE_P2P ? "p2p" : "collective";
-}
 
 static struct sock_msg* msg_at(struct sock_conn* c, uint64_t seq) {
   return &c->ring[seq & (c->cap - 1)];
@@ -40,7 +37,7 @@ static void stream_lost(struct sock_conn* c, struct sock_stream* s, int err) {
   sock_conn_break(c, loomRemoteError,
                   "peer %d closed its socket connection (%s lane, stream %d) in the middle of a "
                   "message: %s (it aborted, failed or was destroyed)",
-                  c->base.peer, lane_name(c->base.lane), s->index,
+                  c->base.peer, sock_lane_name(c->base.lane), s->index,
                   err == 0 ? "end of stream" : strerror(err));
 }
 
@@ -228,7 +225,7 @@ static void stream_finished(struct sock_conn* c, struct sock_stream* s) {
   sock_conn_peer_gone(c,
                       "peer %d closed its socket connection (%s lane): it aborted, failed or "
                       "was destroyed",
-                      c->base.peer, lane_name(c->base.lane));
+                      c->base.peer, sock_lane_name(c->base.lane));
 }
 
 /* Reads the header. Returns 1 when it is complete and sane. */
