@@ -19,7 +19,8 @@ static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
                         [TUNE_TREE] = tree_allreduce_build,
                         [TUNE_RHD] = rhd_allreduce_build,
                         [TUNE_ONESHOT] = oneshot_allreduce_build,
-                        [TUNE_TWOSHOT] = twoshot_allreduce_build},
+                        [TUNE_TWOSHOT] = twoshot_allreduce_build,
+                        [TUNE_HIER] = hier_allreduce_build},
     [COLL_BROADCAST] = {[TUNE_RING] = ring_broadcast_build, [TUNE_TREE] = tree_broadcast_build,
                         [TUNE_READ] = read_broadcast_build},
     [COLL_REDUCE] = {[TUNE_RING] = ring_reduce_build, [TUNE_TREE] = tree_reduce_build},
@@ -77,15 +78,25 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
     a.recvcounts = t->v + 2 * n;
     a.rdispls = t->v + 3 * n;
   }
+  const struct tune_consts* k = &comm->coll->tune;
   unsigned avail = algo_available(t->kind);
   if (!tp_direct_ok(comm)) avail &= ~DIRECT_ALGOS;
+  /* Two levels need two levels: several hosts, several ranks on each, the
+   * same number everywhere. */
+  if (k->nhosts < 2 || k->local < 2 || !k->even) avail &= ~TUNE_ALGO_BIT(TUNE_HIER);
   if (!avail)
     return err_set(comm, loomInternalError, "no algorithm can serve collective kind %d", t->kind);
   enum tune_algo algo =
-      tune_pick(&comm->coll->tune, (enum tune_coll)t->kind, n, task_bytes(t, n), a.slice_elems * es, avail);
+      tune_pick(k, (enum tune_coll)t->kind, n, task_bytes(t, n), a.slice_elems * es, avail);
+  if (algo == TUNE_HIER) {
+    a.host_of = comm->coll->host_of;
+    a.cross_algo = tune_hier_cross(k, k->nhosts, task_bytes(t, n) / (size_t)k->local, a.slice_elems * es);
+  }
   plan_init(out, comm->rank, n, tune_algo_name(algo));
-  LOOM_TRACE(SUB_TUNE, "rank %d: %s of %zu bytes by %s", comm->rank, tune_coll_name((enum tune_coll)t->kind),
-             task_bytes(t, n), tune_algo_name(algo));
+  LOOM_TRACE(SUB_TUNE, "rank %d: %s of %zu bytes by %s%s%s", comm->rank,
+             tune_coll_name((enum tune_coll)t->kind), task_bytes(t, n), tune_algo_name(algo),
+             algo == TUNE_HIER ? ", across hosts by " : "",
+             algo == TUNE_HIER ? tune_algo_name((enum tune_algo)a.cross_algo) : "");
   return generators[t->kind][algo](&a, out);
 }
 

@@ -74,6 +74,7 @@ struct coll_comm {
   /* The tuner's constants, rank 0's for every rank: ranks that calibrated
    * apart would otherwise disagree on plans. */
   struct tune_consts tune;
+  int* host_of; /* host of each rank, numbered in order of first appearance */
   /* The last plans built, reused by calls that repeat (as training loops
    * do). Under exec_lock; only the collective lane uses them. */
   struct {

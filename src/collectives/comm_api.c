@@ -14,6 +14,48 @@
 #include "../transport/transport.h"
 #include "coll.h"
 
+/* Which host each rank is on (numbered in order of first appearance), and
+ * the shape the tuner needs: the same on every rank, from the peer table. */
+static loomResult_t shape_init(struct loomComm* comm, struct coll_comm* cc) {
+  int n = comm->nranks;
+  cc->host_of = malloc((size_t)n * sizeof(int));
+  int* per_host = calloc((size_t)n, sizeof(int));
+  int* cross = calloc((size_t)n, sizeof(int));
+  if (!cc->host_of || !per_host || !cross) {
+    free(per_host);
+    free(cross);
+    return err_set(comm, loomSystemError, "out of memory");
+  }
+  int nhosts = 0;
+  for (int r = 0; r < n; r++) {
+    int h = -1;
+    for (int q = 0; q < r && h < 0; q++)
+      if (comm->peers[q].host_id == comm->peers[r].host_id) h = cc->host_of[q];
+    cc->host_of[r] = h >= 0 ? h : nhosts++;
+    per_host[cc->host_of[r]]++;
+  }
+  int local = 0, even = 1, ring_cross = 0;
+  for (int r = 0; r < n; r++) {
+    int h = cc->host_of[r];
+    if (h != cc->host_of[(r + 1) % n]) cross[h]++;
+  }
+  for (int h = 0; h < nhosts; h++) {
+    local = LOOM_MAX(local, per_host[h]);
+    even &= per_host[h] == per_host[0];
+    ring_cross = LOOM_MAX(ring_cross, cross[h]);
+  }
+  cc->tune.nhosts = nhosts;
+  cc->tune.local = local;
+  cc->tune.even = even;
+  cc->tune.ring_cross = ring_cross;
+  if (comm->rank == 0 && nhosts > 1)
+    LOOM_INFO(SUB_INIT, "%d ranks on %d hosts, %d on the fullest%s; the ring leaves a host %d times",
+              n, nhosts, local, even ? " (all alike)" : "", ring_cross);
+  free(per_host);
+  free(cross);
+  return loomSuccess;
+}
+
 loomResult_t coll_comm_init(struct loomComm* comm) {
   struct coll_comm* cc = calloc(1, sizeof(*cc));
   if (!cc) return err_set(comm, loomSystemError, "out of memory");
@@ -31,7 +73,8 @@ loomResult_t coll_comm_init(struct loomComm* comm) {
   cc->tune.read_gbps = loads ? 2 * cc->tune.copy_gbps : cc->tune.cma_gbps;
   cc->tune.read_call_us = loads ? 0 : cc->tune.cma_us;
   free(all);
-  return r;
+  if (r != loomSuccess) return r;
+  return shape_init(comm, cc);
 }
 
 void coll_comm_fini(struct loomComm* comm) {
@@ -40,6 +83,7 @@ void coll_comm_fini(struct loomComm* comm) {
   pthread_mutex_destroy(&cc->exec_lock);
   pthread_mutex_destroy(&cc->ops_lock);
   free(cc->scratch);
+  free(cc->host_of);
   for (int i = 0; i < PLAN_CACHE; i++)
     if (cc->plans[i].valid) plan_free(&cc->plans[i].plan);
   free(cc);
@@ -51,7 +95,10 @@ static void self_info(const struct loomComm* comm, struct peer_info* self) {
   self->rank = comm->rank;
   self->pid = (int32_t)getpid();
   self->cuda_dev = -1;
-  self->host_id = host_id_get();
+  /* LOOM_HOSTID names the host instead (tests that make hosts of processes
+   * of one machine, containers that share a boot id and a namespace). */
+  const char* hostid = params_get()->hostid;
+  self->host_id = hostid && *hostid ? hash64(hostid, strlen(hostid), 0x686f7374) : host_id_get();
   self->process_token = process_token_get();
   gethostname(self->hostname, sizeof(self->hostname) - 1);
 }

@@ -138,6 +138,11 @@ struct coll_args {
   const size_t* sdispls;
   const size_t* recvcounts;
   const size_t* rdispls;
+  /* Hierarchical plans (hier.c): the host of each rank (nranks entries,
+   * numbered 0.. in order of first appearance; NULL: one host), and the
+   * all-reduce family (enum tune_algo: ring, tree or rhd) across hosts. */
+  const int* host_of;
+  int cross_algo;
 };
 
 /* ---- Generators: each fills out (already plan_init'ed) for one rank. ---- */
@@ -187,6 +192,12 @@ loomResult_t read_allgather_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_reducescatter_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_broadcast_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_alltoall_build(const struct coll_args* a, struct plan* out);
+/* src/collectives/hier.c: all-reduce in two levels for ranks on several
+ * hosts, the same number on each: a ring reduce-scatter among each host's
+ * ranks (shared memory), then every rank all-reduces its part with the
+ * ranks of the other hosts that hold the same part (a->cross_algo's plan
+ * over those ranks), then a ring all-gather inside each host. */
+loomResult_t hier_allreduce_build(const struct coll_args* a, struct plan* out);
 /* 1 when the plan holds peer ops (it needs the peers' buffer addresses). */
 int plan_is_direct(const struct plan* p);
 

@@ -156,6 +156,8 @@ static int consts_load(const char* path, struct tune_consts* k, int need_cma) {
     if (strcmp(key, "ncpus") == 0) k->ncpus = (int)v, seen |= 8;
     if (strcmp(key, "cma_gbps") == 0) k->cma_gbps = v, seen |= 16; /* 0: not allowed here */
     if (strcmp(key, "cma_us") == 0) k->cma_us = v;
+    if (strcmp(key, "net_gbps") == 0 && v > 0) k->net_gbps = v;
+    if (strcmp(key, "net_us") == 0 && v > 0) k->net_us = v;
   }
   fclose(f);
   if (!(seen & 16)) k->cma_gbps = need_cma ? -1 : 2 * k->copy_gbps;

@@ -12,7 +12,7 @@
 #include "../core/util.h"
 
 static const char* const algo_names[TUNE_ALGO_COUNT] = {
-    "ring", "tree", "rhd", "pairwise", "bruck", "direct", "oneshot", "twoshot", "read"};
+    "ring", "tree", "rhd", "pairwise", "bruck", "direct", "oneshot", "twoshot", "read", "hier"};
 static const char* const coll_names[TUNE_COLL_COUNT] = {
     "allreduce", "broadcast", "reduce", "allgather", "reducescatter",
     "alltoall",  "alltoallv", "gather", "scatter"};
@@ -121,17 +121,36 @@ static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, d
   }
 }
 
-double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tune_algo a,
-                       int nranks, size_t bytes_in, size_t slice_bytes) {
-  int n = nranks;
-  double S = (double)bytes_in, sl = (double)LOOM_MAX(slice_bytes, (size_t)64);
+/* The network's constants, defaulted when the tuning file left them out. */
+static double net_gbps(const struct tune_consts* k) {
+  return k->net_gbps > 0 ? k->net_gbps : 1.25;
+}
+static double net_us(const struct tune_consts* k) {
+  return k->net_us > 0 ? k->net_us : 25;
+}
+
+/* The constants a flat algorithm sees on a communicator that spans hosts:
+ * each step waits for a network message, and the network's bandwidth is
+ * shared by the flows that leave a host at once. */
+static struct tune_consts across(const struct tune_consts* k, int flows) {
+  struct tune_consts f = *k;
+  f.step_us = fmax(k->step_us, net_us(k));
+  f.copy_gbps = fmin(k->copy_gbps, net_gbps(k) / LOOM_MAX(flows, 1));
+  f.nhosts = 1;
+  return f;
+}
+
+/* One host's ranks: the ones that share its cores. */
+static int ranks_here(const struct tune_consts* k, int n) {
+  return k->nhosts > 1 && k->local > 0 ? k->local : n;
+}
+
+/* The flat algorithms, all ranks alike (the caller sets the constants). */
+static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tune_algo a, int n,
+                      double S, double sl) {
   double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
   double t = -1;
-  if (n <= 1) return a == TUNE_RING || a == TUNE_PAIRWISE || a == TUNE_DIRECT ? S / B : -1;
-  if (a == TUNE_READ) {
-    t = read_us(k, coll, n, S);
-    return t > 0 && n > k->ncpus ? t * n / k->ncpus : t;
-  }
+  if (a == TUNE_READ) return read_us(k, coll, n, S);
   switch (coll) {
     case TUNE_ALLREDUCE: t = allreduce_us(k, a, n, S, sl); break;
     case TUNE_BROADCAST:
@@ -169,8 +188,62 @@ double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tu
       break;
     default: break;
   }
+  return t;
+}
+
+/* The cross-host phase of TUNE_HIER sees the network shared by the host's
+ * local ranks, each running its own all-reduce at once. */
+static struct tune_consts cross_consts(const struct tune_consts* k) {
+  return across(k, k->local);
+}
+
+enum tune_algo tune_hier_cross(const struct tune_consts* k, int nhosts, size_t part_bytes,
+                               size_t slice_bytes) {
+  struct tune_consts net = cross_consts(k);
+  double S = (double)part_bytes, sl = (double)LOOM_MAX(slice_bytes, (size_t)64);
+  static const enum tune_algo fams[] = {TUNE_RING, TUNE_TREE, TUNE_RHD};
+  enum tune_algo best = TUNE_RING;
+  double best_t = -1;
+  for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+    double t = allreduce_us(&net, fams[i], nhosts, S, sl);
+    if (t >= 0 && (best_t < 0 || t < best_t)) best = fams[i], best_t = t;
+  }
+  return best;
+}
+
+/* TUNE_HIER: a ring reduce-scatter among the L ranks of each host, the
+ * cross-host all-reduce of each rank's 1/L part among the H ranks that hold
+ * the same part (L of them per host at once), a ring all-gather inside. */
+static double hier_us(const struct tune_consts* k, double S, double sl) {
+  int L = k->local, H = k->nhosts;
+  if (H < 2 || L < 2 || !k->even) return -1;
+  double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
+  double steps = (L - 1) * slices(S / L, sl) * k->step_us, part = (double)(L - 1) / L * S;
+  struct tune_consts net = cross_consts(k);
+  double cross = allreduce_us(&net, tune_hier_cross(k, H, (size_t)(S / L), (size_t)sl), H, S / L, sl);
+  return 2 * steps + 2 * part / B + part / R + cross;
+}
+
+double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tune_algo a,
+                       int nranks, size_t bytes_in, size_t slice_bytes) {
+  int n = nranks;
+  double S = (double)bytes_in, sl = (double)LOOM_MAX(slice_bytes, (size_t)64);
+  double B = k->copy_gbps * 1e3;
+  double t = -1;
+  if (n <= 1) return a == TUNE_RING || a == TUNE_PAIRWISE || a == TUNE_DIRECT ? S / B : -1;
+  if (a == TUNE_HIER) {
+    t = coll == TUNE_ALLREDUCE ? hier_us(k, S, sl) : -1;
+  } else if (k->nhosts > 1) {
+    /* A ring's only crossing flows are its edges between hosts; the other
+     * families may send from every local rank at once. */
+    struct tune_consts f = across(k, a == TUNE_RING ? k->ring_cross : k->local);
+    t = flat_us(&f, coll, a, n, S, sl);
+  } else {
+    t = flat_us(k, coll, a, n, S, sl);
+  }
   /* Ranks beyond the cores take turns on them. */
-  if (t > 0 && n > k->ncpus) t *= (double)n / k->ncpus;
+  int here = ranks_here(k, n);
+  if (t > 0 && here > k->ncpus) t *= (double)here / k->ncpus;
   return t;
 }
 

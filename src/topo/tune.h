@@ -35,6 +35,7 @@ enum tune_algo {
   TUNE_ONESHOT, /* direct reads of peers' buffers: all-reduce, every rank reduces all */
   TUNE_TWOSHOT, /* direct reads: all-reduce as reduce-scatter then all-gather */
   TUNE_READ,    /* direct reads: all-gather, reduce-scatter, broadcast, all-to-all */
+  TUNE_HIER,    /* all-reduce in two levels: inside each host, then across hosts */
   TUNE_ALGO_COUNT
 };
 #define TUNE_ALGO_BIT(a) (1u << (a))
@@ -52,6 +53,17 @@ struct tune_consts {
    * processes. 0: cma_gbps. Set by the communicator, not calibrated. */
   double read_gbps;
   double read_call_us; /* per read: cma_us between processes, 0 for loads */
+  /* The network between hosts: one host's bandwidth to the others, GB/s, and
+   * the cost of one message across it, us. Not calibrated (a host alone has
+   * no network to measure): LOOM_TUNING_FILE's net_gbps and net_us, else
+   * 1.25 GB/s (10 Gbit/s) and 25 us. */
+  double net_gbps;
+  double net_us;
+  /* The communicator's shape, set by the communicator (zero: one host). */
+  int nhosts;     /* hosts its ranks span */
+  int local;      /* ranks on its most populated host */
+  int even;       /* 1 when every host holds `local` ranks */
+  int ring_cross; /* most edges of the ring rank -> rank + 1 that leave one host */
 };
 
 /* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh
@@ -61,8 +73,12 @@ const struct tune_consts* tune_consts_get(void);
 /* Measures the constants now (for loom_info and tests). */
 void tune_calibrate(struct tune_consts* out);
 
-/* The predicted time in microseconds of coll over nranks ranks of one host,
- * with the given slice size. bytes is the size of the whole vector: the
+/* The predicted time in microseconds of coll over nranks ranks, with the
+ * given slice size. On one host every pair of ranks costs the same; across
+ * hosts (k->nhosts > 1) a flat algorithm's step costs a network message and
+ * its bandwidth is the network's, shared by the flows that leave a host at
+ * once, and TUNE_HIER (all-reduce, even layouts of more than one rank per
+ * host) costs its three phases. bytes is the size of the whole vector: the
  * buffer of all-reduce, broadcast and reduce, the send buffer of
  * reduce-scatter, all-to-all and scatter, the receive buffer of all-gather
  * and gather (each rank's share is bytes / nranks). A negative value means the
@@ -82,10 +98,16 @@ enum tune_algo tune_pick(const struct tune_consts* k, enum tune_coll coll, int n
 enum tune_algo tune_pick_model(const struct tune_consts* k, enum tune_coll coll, int nranks,
                                size_t bytes, size_t slice_bytes, unsigned avail);
 
+/* The all-reduce family (ring, tree or rhd) for the cross-host phase of
+ * TUNE_HIER: nhosts ranks, one per host, each all-reducing part_bytes while
+ * the host's other k->local - 1 ranks do the same on the same network. */
+enum tune_algo tune_hier_cross(const struct tune_consts* k, int nhosts, size_t part_bytes,
+                               size_t slice_bytes);
+
 const char* tune_algo_name(enum tune_algo a);
 const char* tune_coll_name(enum tune_coll c);
 /* Parses an algorithm name ("ring", "tree", "rhd", "pairwise", "bruck",
- * "direct", "oneshot", "twoshot", "read"); -1 if unknown. */
+ * "direct", "oneshot", "twoshot", "read", "hier"); -1 if unknown. */
 int tune_algo_parse(const char* name);
 
 #endif

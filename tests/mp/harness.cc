@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -292,6 +294,21 @@ void meet(const Ctx& c, int expected) {
   }
   return ::testing::AssertionFailure() << "the error text \"" << text << "\" does not name rank "
                                        << k << " (\"peer " << k << "\" or \"rank " << k << "\")";
+}
+
+std::string own_log() {
+  const char* f = getenv("LOOM_DEBUG_FILE");
+  std::string path = f ? f : "";
+  size_t at = path.find("%p");
+  if (at != std::string::npos) path.replace(at, 2, std::to_string(getpid()));
+  return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace harness

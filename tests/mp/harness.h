@@ -71,6 +71,14 @@ void meet(const Ctx& c, int expected);
 // caching races.
 ::testing::AssertionResult names_rank(const std::string& text, int k);
 
+// This process's log: LOOM_DEBUG_FILE with %p expanded. (Read from the
+// environment: a rank process runs the test body again, so what the parent
+// computed before run() is not what the rank would compute.)
+std::string own_log();
+
+// A whole file as text ("" when it cannot be read).
+std::string read_file(const std::string& path);
+
 }  // namespace harness
 
 #endif

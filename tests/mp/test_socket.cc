@@ -285,28 +285,10 @@ TEST(SocketMixed, StreamsAndChunksDifferPerRank) {
 
 // ---- Logs -------------------------------------------------------------------------------
 
-// The log of this process: LOOM_DEBUG_FILE with %p expanded. (Read from the
-// environment: a rank process runs the test body again, so what the parent
-// computed before run_ranks is not what the rank would compute.)
-std::string own_log() {
-  const char* f = getenv("LOOM_DEBUG_FILE");
-  std::string path = f ? f : "";
-  size_t at = path.find("%p");
-  if (at != std::string::npos) path.replace(at, 2, std::to_string(getpid()));
-  return path;
-}
-
 // Removes this process's log at scope exit.
 struct LogRemover {
-  ~LogRemover() { unlink(own_log().c_str()); }
+  ~LogRemover() { unlink(harness::own_log().c_str()); }
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 Env log_env(const std::string& prefix) {
   return {{"LOOM_DEBUG", "INFO"},
@@ -349,8 +331,8 @@ TEST_P(SocketChoice, OneHostUsesSocketsOnlyWhenForced) {
     small_allreduce(c);
     // Thread ranks share one log: the last one to finish reads it.
     if (c.mode == Mode::Thread && ++done < c.nranks) return;
-    std::string log = read_file(own_log());
-    unlink(own_log().c_str());
+    std::string log = harness::read_file(harness::own_log());
+    unlink(harness::own_log().c_str());
     std::regex over("over (\\w+)");
     int count = 0;
     for (auto it = std::sregex_iterator(log.begin(), log.end(), over); it != std::sregex_iterator();
@@ -408,7 +390,7 @@ TEST_P(SocketAddr, ListensWhereItShould) {
       [&](Ctx& c) {
         LogRemover remove_log;
         small_allreduce(c);
-        std::string log = read_file(own_log());
+        std::string log = harness::read_file(harness::own_log());
         std::smatch m;
         ASSERT_TRUE(std::regex_search(log, m, std::regex("socket transport listening on (\\S+)")))
             << log;
@@ -482,7 +464,7 @@ void stranger_body(const Ctx& c) {
   small_allreduce(c);  // the ring's connections are up now
   std::vector<int> keep;
   if (c.rank == 0) {
-    std::string log = read_file(own_log());
+    std::string log = harness::read_file(harness::own_log());
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
         log, m, std::regex("rank 0: socket transport listening on 127\\.0\\.0\\.1:(\\d+)")))
@@ -527,7 +509,7 @@ void stranger_body(const Ctx& c) {
     auto t0 = Clock::now();
     bool all = false;
     while (!all && since(t0) < 10) {
-      log = read_file(own_log());
+      log = harness::read_file(harness::own_log());
       all = true;
       for (const char* w : want) all &= log.find(w) != std::string::npos;
       if (!all) usleep(10000);
@@ -545,7 +527,7 @@ void stranger_body(const Ctx& c) {
     std::string log;
     auto t0 = Clock::now();
     while (since(t0) < 10) {
-      log = read_file(own_log());
+      log = harness::read_file(harness::own_log());
       if (count_of(log, "complete hello") >= 2) break;
       usleep(10000);
     }
