@@ -11,7 +11,8 @@
 #                      0's rendezvous port; the communicator forms and works
 #   matrix_2x2 matrix_4x1 matrix_ipv6
 #                      net_check's whole collective matrix, unforced and with
-#                      LOOM_ALGO forced to each family
+#                      LOOM_ALGO forced to each family (and, with several
+#                      ranks per host, to the hierarchical all-reduce)
 #   loss               the matrix over a link that drops 1% of packets (nftables)
 #   tbf                the matrix over a link held to 1 Gbit/s (tc tbf)
 #   linkdown kill      a host's link taken down / a rank SIGKILLed mid
@@ -149,6 +150,8 @@ matrix_families() {
   matrix "$name-rhd" 180 rhd --big --only allreduce,allgather,reducescatter
   matrix "$name-pairwise" 180 alltoall:pairwise --big --only alltoall
   matrix "$name-bruck" 180 alltoall:bruck --big --only alltoall
+  # Two levels need several ranks on each host (hier.c).
+  if [ "$NET_RPH" -gt 1 ]; then matrix "$name-hier" 180 allreduce:hier --big --only allreduce; fi
 }
 
 # ---- Cases --------------------------------------------------------------------
