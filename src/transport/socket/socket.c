@@ -167,6 +167,18 @@ static int ring_grow(struct sock_conn* c) {
   return 0;
 }
 
+/* The executor may move bytes itself (under c->lock) once every stream is
+ * up: from then on streams change state only under the lock. */
+static int conn_inline_ok(struct sock_conn* c) {
+  return atomic_load_explicit(&c->up, memory_order_acquire) && !c->dead &&
+         !atomic_load_explicit(&c->broken, memory_order_relaxed);
+}
+
+static int msg_done(struct sock_conn* c, const struct xfer* x) {
+  uint64_t completed = atomic_load_explicit(&c->completed, memory_order_acquire);
+  return (int32_t)((uint32_t)completed - x->slot) > 0;
+}
+
 static loomResult_t socket_post(struct conn* base, struct xfer* x) {
   struct sock_conn* c = (struct sock_conn*)base;
   x->conn = base;
@@ -196,8 +208,14 @@ static loomResult_t socket_post(struct conn* base, struct xfer* x) {
   x->slot = (uint32_t)c->tail;
   c->tail++;
   if (c->peer_gone) sock_conn_break(c, loomRemoteError, "%s", c->why);
+  /* Once every stream is up, the poster moves what it can at once: a small
+   * message goes out (or, posted late, comes in) without waking the
+   * network thread. What is left, the thread finishes on the socket's next
+   * edge, as every mover reads and writes until the socket says EAGAIN. */
+  int inline_ok = conn_inline_ok(c);
+  if (inline_ok) sock_stream_progress(c);
   pthread_mutex_unlock(&c->lock);
-  sock_conn_kick(c);
+  if (!inline_ok) sock_conn_kick(c);
   return loomSuccess;
 }
 
@@ -207,8 +225,16 @@ static loomResult_t socket_test(struct xfer* x, int* done_out) {
     *done_out = 1;
     return loomSuccess;
   }
-  uint64_t completed = atomic_load_explicit(&c->completed, memory_order_acquire);
-  if ((int32_t)((uint32_t)completed - x->slot) > 0) {
+  int done = msg_done(c, x);
+  /* A waiting executor polls the sockets itself (when the network thread is
+   * not at them): no hand-off between threads on the way in. */
+  if (!done && atomic_load_explicit(&c->up, memory_order_acquire) &&
+      pthread_mutex_trylock(&c->lock) == 0) {
+    if (conn_inline_ok(c)) sock_stream_progress(c);
+    pthread_mutex_unlock(&c->lock);
+    done = msg_done(c, x);
+  }
+  if (done) {
     x->done = x->bytes;
     x->state = 1;
     *done_out = 1;

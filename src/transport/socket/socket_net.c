@@ -323,6 +323,14 @@ static void send_stream_probe(struct sock_conn* c, struct sock_stream* s) {
 static void stream_event(struct sock_comm* sc, struct sock_stream* s, uint32_t events,
                          struct sock_conn** batch) {
   struct sock_conn* c = s->conn;
+  if (atomic_load_explicit(&c->up, memory_order_acquire)) {
+    /* Every stream is up, and states change only under c->lock now (the
+     * executor moves bytes too): progress looks at them there. */
+    if (c->base.is_send && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+      send_stream_probe(c, s);
+    batch_add(batch, c);
+    return;
+  }
   if (s->state == ST_CONNECTING) {
     connect_finish(sc, c, s, batch);
     return;
