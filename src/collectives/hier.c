@@ -8,7 +8,7 @@
  *     order): the buffer is cut into L parts (part_begin) and local rank l
  *     ends with part l summed over its host, in RECV.
  *  2. Across hosts, the H ranks of local index l (one per host) all-reduce
- *     part l: the plan of a->cross_algo (ring, tree or rhd) for H ranks,
+ *     part l: the plan of a->cross_algo (ring, tree, rhd or doubling) for H ranks,
  *     built for the part alone and spliced in with its ranks and offsets
  *     mapped. All L parts cross at once, each on its own connections, so a
  *     host sends 2(H-1)/H of the buffer in all, whatever L is.
@@ -115,6 +115,7 @@ static loomResult_t cross_allreduce(struct hier* g) {
   switch (g->a->cross_algo) {
     case TUNE_TREE: r = tree_allreduce_build(&sub, &q); break;
     case TUNE_RHD: r = rhd_allreduce_build(&sub, &q); break;
+    case TUNE_DOUBLING: r = doubling_allreduce_build(&sub, &q); break;
     default: r = ring_allreduce_build(&sub, &q); break;
   }
   for (uint32_t s = 0; r == loomSuccess && s < q.nsteps; s++) {

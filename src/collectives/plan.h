@@ -140,7 +140,7 @@ struct coll_args {
   const size_t* rdispls;
   /* Hierarchical plans (hier.c): the host of each rank (nranks entries,
    * numbered 0.. in order of first appearance; NULL: one host), and the
-   * all-reduce family (enum tune_algo: ring, tree or rhd) across hosts. */
+   * all-reduce family (enum tune_algo: ring, tree, rhd or doubling) across hosts. */
   const int* host_of;
   int cross_algo;
 };
@@ -169,6 +169,9 @@ loomResult_t tree_reduce_build(const struct coll_args* a, struct plan* out);
 loomResult_t rhd_allreduce_build(const struct coll_args* a, struct plan* out);
 loomResult_t rhd_reducescatter_build(const struct coll_args* a, struct plan* out);
 loomResult_t rhd_allgather_build(const struct coll_args* a, struct plan* out);
+/* Recursive doubling all-reduce: log2 n exchanges of the whole buffer (with
+ * rhd's fold), the fewest steps, for small buffers. */
+loomResult_t doubling_allreduce_build(const struct coll_args* a, struct plan* out);
 
 /* src/collectives/alltoall.c: pairwise exchange (large messages), Bruck's
  * algorithm (small ones, through PB_SCRATCH), pairwise all-to-all-v, and

@@ -51,6 +51,7 @@
  * place) before anything reads it there. */
 #include "collectives/plan.h"
 #include "core/checks.h"
+#include "core/util.h"
 
 enum rhd_mode { RHD_ALLREDUCE, RHD_REDUCESCATTER, RHD_ALLGATHER };
 
@@ -344,4 +345,76 @@ loomResult_t rhd_allgather_build(const struct coll_args* a, struct plan* out) {
   else
     bruck(&g);
   return rhd_finish(out);
+}
+
+/* ---- Recursive doubling all-reduce ("doubling") ----
+ *
+ * For small buffers, where steps cost more than bytes: every active rank
+ * exchanges its whole partial with v ^ m for m = 1, 2, ..., p/2 and reduces
+ * what it receives, so after log2 p steps every active rank holds the sum
+ * (half the steps of rhd, each moving the whole buffer instead of a
+ * shrinking half). The fold is rhd's: an even rank of the first 2 * rem
+ * sends its input to the odd one beside it and, at the end, receives the
+ * result from it. Both ends of an exchange reduce the same two values
+ * (a op b on one, b op a on the other), and every built-in op commutes, so
+ * all ranks end with the same bits.
+ *
+ * A step may not write what it sends, so partials alternate between
+ * PB_SCRATCH and RECV; the first reduce never targets RECV while the input
+ * is still SEND, which makes sendbuff == recvbuff safe. A result left in
+ * scratch is copied to RECV. Each slice of at most slice_elems runs the
+ * whole schedule in turn. */
+loomResult_t doubling_allreduce_build(const struct coll_args* a, struct plan* out) {
+  struct rhd g;
+  LOOM_CHECK(rhd_start(a, RHD_ALLREDUCE, out, &g));
+  out->algo = "doubling";
+  size_t c = a->count;
+  int r = a->rank;
+  enum plan_buf in = PB_SEND;
+  if (a->premul) {
+    plan_step_begin(out);
+    plan_add(out, OP_PREMUL, -1, plan_ref_make(PB_SEND, 0), plan_ref_make(PB_RECV, 0), c);
+    in = PB_RECV;
+  }
+  size_t ns = c / a->slice_elems + (c % a->slice_elems != 0);
+  for (size_t k = 0; k < ns; k++) {
+    size_t off = k * a->slice_elems, len = LOOM_MIN(a->slice_elems, c - off);
+    enum plan_buf acc = in;
+#define ACC_NEXT(b) ((b) == PB_SCRATCH ? PB_RECV : PB_SCRATCH)
+    if (g.vrank < 0) { /* folded away: give the input, take the result */
+      plan_step_begin(out);
+      plan_add(out, OP_SEND, r + 1, plan_ref_make(in, off), plan_ref_make(in, off), len);
+      plan_step_begin(out);
+      plan_add(out, OP_RECV, r + 1, plan_ref_make(PB_RECV, off), plan_ref_make(PB_RECV, off), len);
+      continue;
+    }
+    if (r < 2 * g.rem) { /* takes its even neighbour's input */
+      plan_step_begin(out);
+      plan_add(out, OP_RECV_REDUCE, r - 1, plan_ref_make(acc, off), plan_ref_make(ACC_NEXT(acc), off), len);
+      acc = ACC_NEXT(acc);
+    }
+    for (int m = 1; m < g.p2; m *= 2) {
+      int peer = fold_real(g.vrank ^ m, g.rem);
+      enum plan_buf to = ACC_NEXT(acc);
+      plan_step_begin(out);
+      plan_add(out, OP_SEND, peer, plan_ref_make(acc, off), plan_ref_make(acc, off), len);
+      plan_add(out, OP_RECV_REDUCE, peer, plan_ref_make(acc, off), plan_ref_make(to, off), len);
+      acc = to;
+    }
+#undef ACC_NEXT
+    if (r < 2 * g.rem) {
+      plan_step_begin(out);
+      plan_add(out, OP_SEND, r - 1, plan_ref_make(acc, off), plan_ref_make(acc, off), len);
+    }
+    if (acc != PB_RECV) {
+      plan_step_begin(out);
+      plan_add(out, OP_COPY, -1, plan_ref_make(acc, off), plan_ref_make(PB_RECV, off), len);
+    }
+  }
+  if (a->avg) {
+    plan_step_begin(out);
+    plan_add(out, OP_DIV, -1, plan_ref_make(PB_RECV, 0), plan_ref_make(PB_RECV, 0), c);
+  }
+  out->buf_count[PB_SCRATCH] = a->nranks > 1 ? c : 0;
+  return plan_finish(out);
 }

@@ -12,7 +12,7 @@
 #include "../core/util.h"
 
 static const char* const algo_names[TUNE_ALGO_COUNT] = {
-    "ring", "tree", "rhd", "pairwise", "bruck", "direct", "oneshot", "twoshot", "read", "hier"};
+    "ring", "tree", "rhd", "pairwise", "bruck", "direct", "oneshot", "twoshot", "read", "hier", "doubling"};
 static const char* const coll_names[TUNE_COLL_COUNT] = {
     "allreduce", "broadcast", "reduce", "allgather", "reducescatter",
     "alltoall",  "alltoallv", "gather", "scatter"};
@@ -92,6 +92,10 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
       t += 2.0 * (p - 1) / p * S / B + (double)(p - 1) / p * S / R;
       if (p != n) t += 2 * slices(S, sl) * k->step_us + 2 * S / B + S / R;
       return t;
+    }
+    case TUNE_DOUBLING: {
+      int lg = log2_floor(n), rounds = lg + (1 << lg != n ? 2 : 0);
+      return rounds * (slices(S, sl) * k->step_us + S / B + S / R);
     }
     /* Direct reads: a sync is about one step; each byte read from a peer
      * is one copy (cross-memory attach) or a load before it is reduced. */
@@ -201,7 +205,7 @@ enum tune_algo tune_hier_cross(const struct tune_consts* k, int nhosts, size_t p
                                size_t slice_bytes) {
   struct tune_consts net = cross_consts(k);
   double S = (double)part_bytes, sl = (double)LOOM_MAX(slice_bytes, (size_t)64);
-  static const enum tune_algo fams[] = {TUNE_RING, TUNE_TREE, TUNE_RHD};
+  static const enum tune_algo fams[] = {TUNE_RING, TUNE_TREE, TUNE_RHD, TUNE_DOUBLING};
   enum tune_algo best = TUNE_RING;
   double best_t = -1;
   for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {

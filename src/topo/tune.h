@@ -36,6 +36,7 @@ enum tune_algo {
   TUNE_TWOSHOT, /* direct reads: all-reduce as reduce-scatter then all-gather */
   TUNE_READ,    /* direct reads: all-gather, reduce-scatter, broadcast, all-to-all */
   TUNE_HIER,    /* all-reduce in two levels: inside each host, then across hosts */
+  TUNE_DOUBLING, /* all-reduce by recursive doubling: log2 n whole-buffer exchanges */
   TUNE_ALGO_COUNT
 };
 #define TUNE_ALGO_BIT(a) (1u << (a))
@@ -98,7 +99,7 @@ enum tune_algo tune_pick(const struct tune_consts* k, enum tune_coll coll, int n
 enum tune_algo tune_pick_model(const struct tune_consts* k, enum tune_coll coll, int nranks,
                                size_t bytes, size_t slice_bytes, unsigned avail);
 
-/* The all-reduce family (ring, tree or rhd) for the cross-host phase of
+/* The all-reduce family (ring, tree, rhd or doubling) for the cross-host phase of
  * TUNE_HIER: nhosts ranks, one per host, each all-reducing part_bytes while
  * the host's other k->local - 1 ranks do the same on the same network. */
 enum tune_algo tune_hier_cross(const struct tune_consts* k, int nhosts, size_t part_bytes,
@@ -107,7 +108,7 @@ enum tune_algo tune_hier_cross(const struct tune_consts* k, int nhosts, size_t p
 const char* tune_algo_name(enum tune_algo a);
 const char* tune_coll_name(enum tune_coll c);
 /* Parses an algorithm name ("ring", "tree", "rhd", "pairwise", "bruck",
- * "direct", "oneshot", "twoshot", "read", "hier"); -1 if unknown. */
+ * "direct", "oneshot", "twoshot", "read", "hier", "doubling"); -1 if unknown. */
 int tune_algo_parse(const char* name);
 
 #endif

@@ -33,7 +33,7 @@ bool is_rooted(Coll c) {
 std::vector<std::string> algos_of(Coll c) {
   switch (c) {
     case Coll::AllReduce:
-      return {"ring", "tree", "rhd", "oneshot", "twoshot"};
+      return {"ring", "tree", "rhd", "doubling", "oneshot", "twoshot"};
     case Coll::Broadcast:
       return {"ring", "tree", "read"};
     case Coll::Reduce:

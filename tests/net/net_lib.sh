@@ -283,3 +283,31 @@ wait_files() { # seconds file...
     sleep 0.05
   done
 }
+
+# ---- For other harnesses (perf/compare/run --net) ----------------------------------
+# Nothing above calls these; the net suite runs as before.
+
+# net_use_prefix PREFIX: this run's namespaces, /dev/shm directory and work
+# directory are named PREFIX-<pid>... instead of loomnet-<pid>..., so that the
+# net suite's stale_sweep (which takes only loomnet-* names) never removes them
+# while another harness is using them. Call it before net_usable and net_up.
+net_use_prefix() {
+  NET_PREFIX=$1
+  NET_RUN="$NET_PREFIX-$$"
+  NET_SHM="/dev/shm/.$NET_PREFIX-$$"
+}
+
+# host_spawn K LIMIT CMD...: starts CMD in the background inside host k, as
+# rank_start starts a rank (host k's own /dev/shm bind-mounted on /dev/shm,
+# killed after LIMIT seconds) but adding nothing of Loom's: the caller gives any
+# environment through env and redirects the call's output. The pid (of the
+# timeout wrapper) is left in SPAWN_PID and added to NET_PIDS.
+SPAWN_PID=""
+host_spawn() {
+  local k=$1 limit=$2
+  shift 2
+  timeout -k 5 "$limit" ip netns exec "$(host_ns "$k")" \
+    sh -c 'mount --bind "$1" /dev/shm || exit 70; shift; exec "$@"' sh "$NET_SHM/h$k" "$@" &
+  SPAWN_PID=$!
+  NET_PIDS+=($!)
+}

@@ -148,6 +148,7 @@ matrix_families() {
   matrix "$name-ring" 180 ring --big --only allreduce,broadcast,reduce,allgather,reducescatter
   matrix "$name-tree" 180 tree --big --only allreduce,broadcast,reduce
   matrix "$name-rhd" 180 rhd --big --only allreduce,allgather,reducescatter
+  matrix "$name-doubling" 180 allreduce:doubling --big --only allreduce
   matrix "$name-pairwise" 180 alltoall:pairwise --big --only alltoall
   matrix "$name-bruck" 180 alltoall:bruck --big --only alltoall
   # Two levels need several ranks on each host (hier.c).

@@ -84,7 +84,7 @@ TEST(HierPlans, ProvedForEveryLayoutFamilyAndVariant) {
                                  RoundRobin(2, 2), RoundRobin(3, 4), RoundRobin(5, 3),
                                  Shuffled(4, 3, 1), Shuffled(3, 5, 2), Shuffled(6, 2, 3)};
   for (const Layout& l : layouts)
-    for (int cross : {int(TUNE_RING), int(TUNE_TREE), int(TUNE_RHD)})
+    for (int cross : {int(TUNE_RING), int(TUNE_TREE), int(TUNE_RHD), int(TUNE_DOUBLING)})
       for (size_t count : {size_t(0), size_t(1), size_t(7), l.host_of.size() + 1, size_t(1000)})
         for (size_t slice : {size_t(3), size_t(1) << 20}) {
           double cost = double(l.host_of.size()) * l.host_of.size() * count / slice;

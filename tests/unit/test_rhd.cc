@@ -23,6 +23,7 @@ struct Algo {
 const Algo kAllReduce = {"all-reduce", rhd_allreduce_build, CHECK_ALLREDUCE};
 const Algo kReduceScatter = {"reduce-scatter", rhd_reducescatter_build, CHECK_REDUCESCATTER};
 const Algo kAllGather = {"all-gather", rhd_allgather_build, CHECK_ALLGATHER};
+const Algo kDoubling = {"doubling all-reduce", doubling_allreduce_build, CHECK_ALLREDUCE};
 
 // One plan per rank, built by an rhd generator, freed on scope exit.
 class Plans {
@@ -170,6 +171,26 @@ TEST(RhdReduceScatter, EveryRankCountIsCorrect) {
 
 TEST(RhdAllGather, EveryRankCountIsCorrect) {
   CheckAll(kAllGather, true, false);
+}
+
+TEST(DoublingAllReduce, EveryRankCountIsCorrect) {
+  CheckAll(kDoubling, false, true);
+}
+
+// log2 p exchanges of the whole buffer; the fold adds one step on each side
+// of them for its pairs, and the ranks it folds away take two steps in all.
+TEST(DoublingAllReduce, TakesLog2ExchangesOfTheWholeBuffer) {
+  for (int n = 2; n <= 64; n++) {
+    int p = 1 << Log2Floor(n), rem = n - p, logp = Log2Floor(n);
+    Plans ps(kDoubling, n, 1000, size_t(1) << 20);
+    for (int r = 0; r < n; r++) {
+      bool away = r < 2 * rem && r % 2 == 0, pair = r < 2 * rem && r % 2 == 1;
+      int want = away ? 2 : logp + (pair ? 2 : 0);
+      EXPECT_EQ(ps.ExchangeSteps(r), want) << "n=" << n << " rank " << r;
+      size_t sent = away ? 1000 : 1000 * (size_t)(logp + (pair ? 1 : 0));
+      EXPECT_EQ(ps.SentElems(r), sent) << "n=" << n << " rank " << r;
+    }
+  }
 }
 
 // ---- The log-step shape ----
