@@ -100,6 +100,7 @@ static void self_info(const struct loomComm* comm, struct peer_info* self) {
   const char* hostid = params_get()->hostid;
   self->host_id = hostid && *hostid ? hash64(hostid, strlen(hostid), 0x686f7374) : host_id_get();
   self->process_token = process_token_get();
+  self->machine_id = machine_id_get();
   gethostname(self->hostname, sizeof(self->hostname) - 1);
 }
 

@@ -24,6 +24,7 @@ struct peer_info {
   int32_t pad0;
   uint64_t host_id;       /* host_id_get(): boot id + network namespace */
   uint64_t process_token; /* process_token_get() */
+  uint64_t machine_id;    /* machine_id_get(): whose cores this rank shares */
   char hostname[64];
 };
 

@@ -74,7 +74,7 @@ uint64_t hash64(const void* data, size_t len, uint64_t seed) {
   return h;
 }
 
-uint64_t host_id_get(void) {
+uint64_t machine_id_get(void) {
   char boot[128] = "";
   FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f) {
@@ -82,7 +82,11 @@ uint64_t host_id_get(void) {
     fclose(f);
   }
   if (!boot[0]) gethostname(boot, sizeof(boot) - 1);
-  uint64_t h = hash64(boot, strlen(boot), 0);
+  return hash64(boot, strlen(boot), 0);
+}
+
+uint64_t host_id_get(void) {
+  uint64_t h = machine_id_get();
   /* Two network namespaces of one machine are two hosts, as in a cluster. */
   struct stat st;
   if (stat("/proc/self/ns/net", &st) == 0) {

@@ -52,6 +52,9 @@ uint64_t hash64(const void* data, size_t len, uint64_t seed);
 
 /* A host id that tells hosts apart for real: boot id plus network namespace. */
 uint64_t host_id_get(void);
+/* The machine: its boot id alone. Hosts that are namespaces (or containers)
+ * of one machine share it, and with it the machine's cores. */
+uint64_t machine_id_get(void);
 /* A random number chosen once per process, so ranks can tell they share one. */
 uint64_t process_token_get(void);
 

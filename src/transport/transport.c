@@ -177,8 +177,12 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
   for (int i = 0; i < NTRANSPORTS; i++) tp->allowed[i] = tp_transport_allowed(all_transports[i]->name);
   LOOM_CHECK(transports_comm_init(comm));
   /* A transport's own thread (sockets' network thread) needs a core too:
-   * spinning would take it. */
-  int threads = tp->same_host_ranks * (1 + tp->helper_threads);
+   * spinning would take it. Ranks of other hosts on this machine (network
+   * namespaces, containers) share its cores as well. */
+  int machine_ranks = 0;
+  for (int p = 0; p < n; p++)
+    machine_ranks += comm->peers[p].machine_id == comm->peers[comm->rank].machine_id;
+  int threads = LOOM_MAX(machine_ranks, tp->same_host_ranks) * (1 + tp->helper_threads);
   long long spin = params_get()->spin_count;
   if (spin < 0) spin = threads > cpus_online() ? 0 : 2000;
   tp->spin = (int)spin;
