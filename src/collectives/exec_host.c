@@ -382,7 +382,10 @@ static loomResult_t runs_drive(struct comm_run* runs, int nruns) {
       continue;
     }
     /* With several ranks on one thread a peer's ring may land on another
-     * rank's bell: nap briefly instead of sleeping long on one. */
+     * rank's bell: nap briefly instead of sleeping long on one. A
+     * transport's thread takes over what this thread polled. */
+    for (int i = 0; i < nruns; i++)
+      if (!runs[i].done && (i == 0 || runs[i].comm != runs[i - 1].comm)) tp_idle(runs[i].comm);
     bell_wait(bell, seen, nruns > 1 ? 200 : 100000);
   }
 }

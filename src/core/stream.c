@@ -2,6 +2,7 @@
  * runs in order on the stream's worker thread. */
 #include "stream.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,13 @@ struct loomStream {
   uint64_t magic;
   pthread_t worker;
   pthread_mutex_t lock;
-  pthread_cond_t cond;
+  /* Two conditions, so that neither side wakes the other for nothing: the
+   * worker sleeps on work (signalled only while it sleeps), synchronizers
+   * on done (broadcast once finished reaches the lowest target waited for,
+   * not after every item, which would cost a wake-up per call). */
+  pthread_cond_t work, done;
+  int worker_sleeps;
+  unsigned long long wake_at; /* the lowest target of a waiting synchronize; ULLONG_MAX: none */
   struct work_item *head, *tail;
   unsigned long long queued, finished;
   int stop;
@@ -33,7 +40,11 @@ static void* stream_main(void* arg) {
   struct loomStream* s = arg;
   pthread_mutex_lock(&s->lock);
   for (;;) {
-    while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
+    while (!s->head && !s->stop) {
+      s->worker_sleeps = 1;
+      pthread_cond_wait(&s->work, &s->lock);
+      s->worker_sleeps = 0;
+    }
     if (!s->head) break; /* stopping and drained */
     struct work_item* it = s->head;
     pthread_mutex_unlock(&s->lock);
@@ -47,7 +58,10 @@ static void* stream_main(void* arg) {
       snprintf(s->error_text, sizeof(s->error_text), "%s", err_thread_last());
     }
     s->finished++;
-    pthread_cond_broadcast(&s->cond);
+    if (s->finished >= s->wake_at) {
+      s->wake_at = ULLONG_MAX;
+      pthread_cond_broadcast(&s->done);
+    }
     free(it);
   }
   pthread_mutex_unlock(&s->lock);
@@ -66,12 +80,15 @@ loomResult_t loomStreamCreate(loomStream_t* stream) {
   struct loomStream* s = calloc(1, sizeof(*s));
   if (!s) return err_set(NULL, loomSystemError, "out of memory allocating a stream");
   pthread_mutex_init(&s->lock, NULL);
-  pthread_cond_init(&s->cond, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->done, NULL);
+  s->wake_at = ULLONG_MAX;
   s->magic = STREAM_MAGIC;
   int rc = pthread_create(&s->worker, NULL, stream_main, s);
   if (rc != 0) {
     pthread_mutex_destroy(&s->lock);
-    pthread_cond_destroy(&s->cond);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->done);
     free(s);
     return err_set(NULL, loomSystemError, "cannot start a stream worker: %s", strerror(rc));
   }
@@ -97,7 +114,7 @@ loomResult_t stream_enqueue(loomStream_t s, const struct stream_work* w) {
     s->head = it;
   s->tail = it;
   s->queued++;
-  pthread_cond_broadcast(&s->cond);
+  if (s->worker_sleeps) pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->lock);
   return loomSuccess;
 }
@@ -107,7 +124,10 @@ loomResult_t loomStreamSynchronize(loomStream_t stream) {
   struct loomStream* s = stream;
   pthread_mutex_lock(&s->lock);
   unsigned long long target = s->queued;
-  while (s->finished < target) pthread_cond_wait(&s->cond, &s->lock);
+  while (s->finished < target) {
+    if (target < s->wake_at) s->wake_at = target;
+    pthread_cond_wait(&s->done, &s->lock);
+  }
   loomResult_t r = s->first_error;
   if (r != loomSuccess) err_copy_to_thread(s->error_text);
   s->first_error = loomSuccess;
@@ -129,12 +149,13 @@ loomResult_t loomStreamDestroy(loomStream_t stream) {
   struct loomStream* s = stream;
   pthread_mutex_lock(&s->lock);
   s->stop = 1;
-  pthread_cond_broadcast(&s->cond);
+  pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->worker, NULL);
   s->magic = 0;
   pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->cond);
+  pthread_cond_destroy(&s->work);
+  pthread_cond_destroy(&s->done);
   free(s);
   return loomSuccess;
 }

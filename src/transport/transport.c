@@ -80,6 +80,11 @@ loomResult_t tp_comm_init_none(struct loomComm* comm, int used) {
 
 void tp_helper_thread_add(struct loomComm* comm) { comm->tp->helper_threads++; }
 
+void tp_idle(struct loomComm* comm) {
+  for (int i = 0; i < NTRANSPORTS; i++)
+    if (all_transports[i]->idle && comm->tp->state[i]) all_transports[i]->idle(comm);
+}
+
 void** tp_comm_state(struct loomComm* comm, const struct loom_transport* t) {
   for (int i = 0; i < NTRANSPORTS; i++)
     if (all_transports[i] == t) return &comm->tp->state[i];

@@ -76,6 +76,10 @@ struct loom_transport {
    * releases what the transport shares for it (names a failed peer may have
    * left behind). failed: the communicator is in error. Never blocks. */
   void (*comm_fini)(struct loomComm* comm, int failed);
+  /* Optional. The executor of comm is about to sleep on its doorbell: what
+   * the transport's own thread must watch while nobody polls, it watches
+   * from now on. Cheap when there is nothing to hand over. */
+  void (*idle)(struct loomComm* comm);
 };
 
 /* Fields every connection starts with; transports embed it first. */
@@ -121,6 +125,8 @@ void** tp_comm_state(struct loomComm* comm, const struct loom_transport* t);
 /* A transport's comm_init says it runs a thread of its own for this rank
  * (the waiters then spin less, so as not to starve it). */
 void tp_helper_thread_add(struct loomComm* comm);
+/* The executor of comm is about to sleep (each transport's idle hook). */
+void tp_idle(struct loomComm* comm);
 /* The shared comm_init of transports with nothing to set up per
  * communicator. */
 loomResult_t tp_comm_init_none(struct loomComm* comm, int used);

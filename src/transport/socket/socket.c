@@ -179,8 +179,15 @@ static int msg_done(struct sock_conn* c, const struct xfer* x) {
   return (int32_t)((uint32_t)completed - x->slot) > 0;
 }
 
+/* The executor is at the sockets (socket_idle ends it). */
+static void exec_polls(struct sock_comm* sc) {
+  if (!atomic_load_explicit(&sc->exec_active, memory_order_relaxed))
+    atomic_store_explicit(&sc->exec_active, 1, memory_order_release);
+}
+
 static loomResult_t socket_post(struct conn* base, struct xfer* x) {
   struct sock_conn* c = (struct sock_conn*)base;
+  exec_polls(c->sc);
   x->conn = base;
   x->next = NULL;
   x->done = 0;
@@ -226,6 +233,7 @@ static loomResult_t socket_test(struct xfer* x, int* done_out) {
     return loomSuccess;
   }
   int done = msg_done(c, x);
+  if (!done) exec_polls(c->sc);
   /* A waiting executor polls the sockets itself (when the network thread is
    * not at them): no hand-off between threads on the way in. */
   if (!done && atomic_load_explicit(&c->up, memory_order_acquire) &&
@@ -345,6 +353,11 @@ static loomResult_t socket_comm_init(struct loomComm* comm, int used) {
   return sock_net_start(sc);
 }
 
+static void socket_idle(struct loomComm* comm) {
+  struct sock_comm* sc = sock_comm_of(comm);
+  if (sc != NULL) sock_net_idle(sc);
+}
+
 static void socket_comm_fini(struct loomComm* comm, int failed) {
   void** slot = tp_comm_state(comm, &loom_transport_socket);
   struct sock_comm* sc = *slot;
@@ -370,4 +383,5 @@ const struct loom_transport loom_transport_socket = {
     .close = socket_close,
     .comm_init = socket_comm_init,
     .comm_fini = socket_comm_fini,
+    .idle = socket_idle,
 };

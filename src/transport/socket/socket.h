@@ -113,6 +113,9 @@ struct sock_stream {
   size_t pay_got; /* payload bytes read (into dst or the bounce buffer) */
   char* bounce;   /* reduce receives: the incoming bytes before reducing */
   size_t bounce_have;
+  /* Under sc->lock: taken out of epoll's watch while the executor polls. */
+  int disarmed;
+  struct sock_stream* next_disarmed;
 };
 
 struct sock_conn {
@@ -180,6 +183,13 @@ struct sock_comm {
   struct sock_conn* dirty_list;
   struct sock_conn* closing_list;
   int stop;
+  /* Streams of up connections that epoll does not watch: while exec_active,
+   * the executor polls them itself, and the network thread takes each one
+   * out of the watch at its first event instead of waking for every
+   * message. The executor's idle hook (socket_idle), before it sleeps,
+   * clears exec_active and hands them back. */
+  struct sock_stream* disarmed;
+  _Atomic int exec_active; /* set by the executor's post and test */
   /* The network thread's own. */
   struct sock_conn** recv_by_key; /* [lane * nranks + peer] */
   struct sock_conn* all;
@@ -208,6 +218,9 @@ void sock_conn_kick(struct sock_conn* c);
 /* Frees a connection nobody references any more. */
 void sock_conn_free(struct sock_conn* c);
 
+/* The epoll events a stream is watched for. */
+uint32_t sock_stream_events(const struct sock_conn* c);
+
 /* ---- socket_net.c: the network thread ---- */
 
 loomResult_t sock_net_start(struct sock_comm* sc);
@@ -216,6 +229,8 @@ void sock_thread_wake(struct sock_comm* sc);
 /* Stops the thread and joins it; then releases every socket it owned.
  * Never blocks on peers. */
 void sock_net_stop(struct sock_comm* sc);
+/* The executor is about to sleep: the thread watches every stream again. */
+void sock_net_idle(struct sock_comm* sc);
 
 /* ---- socket_stream.c: frames, under c->lock, on the network thread ---- */
 

@@ -123,8 +123,7 @@ static const char* stream_attach(struct sock_comm* sc, struct sock_conn* c, stru
   }
   pthread_mutex_unlock(&c->lock);
   if (why != NULL) return why;
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET,
-                           .data.ptr = &c->streams[h->stream].ep};
+  struct epoll_event ev = {.events = sock_stream_events(c), .data.ptr = &c->streams[h->stream].ep};
   epoll_ctl(sc->ep_fd, EPOLL_CTL_MOD, p->fd, &ev);
   pending_unlink(sc, p);
   free(p);
@@ -272,7 +271,7 @@ static void stream_connect(struct sock_comm* sc, struct sock_conn* c, struct soc
     return;
   }
   /* Edge-triggered: the first edge says the connect finished (or failed). */
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = &s->ep};
+  struct epoll_event ev = {.events = sock_stream_events(c), .data.ptr = &s->ep};
   if (epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, fd, &ev) != 0) connect_failed(sc, c, s, errno);
 }
 
@@ -320,12 +319,71 @@ static void send_stream_probe(struct sock_conn* c, struct sock_stream* s) {
   pthread_mutex_unlock(&c->lock);
 }
 
+uint32_t sock_stream_events(const struct sock_conn* c) {
+  return EPOLLIN | EPOLLRDHUP | EPOLLET | (c->base.is_send ? EPOLLOUT : 0);
+}
+
+/* While the executor polls (exec_active), an event on an up stream takes
+ * the stream out of epoll's watch, once per polling period, rather than
+ * waking this thread (and taking a core from a polling rank) for every
+ * message. Returns 1 when the stream is left to the executor. */
+static int stream_park(struct sock_comm* sc, struct sock_stream* s) {
+  if (!atomic_load_explicit(&sc->exec_active, memory_order_acquire)) return 0;
+  int parked = 0;
+  pthread_mutex_lock(&sc->lock);
+  if (atomic_load_explicit(&sc->exec_active, memory_order_relaxed)) {
+    if (!s->disarmed) {
+      /* Edge-triggered and no events: hang-ups and errors, which epoll
+       * always reports, come once; the executor's recv sees them anyway. */
+      struct epoll_event ev = {.events = EPOLLET, .data.ptr = &s->ep};
+      epoll_ctl(sc->ep_fd, EPOLL_CTL_MOD, s->fd, &ev);
+      s->disarmed = 1;
+      s->next_disarmed = sc->disarmed;
+      sc->disarmed = s;
+    }
+    parked = 1;
+  }
+  pthread_mutex_unlock(&sc->lock);
+  return parked;
+}
+
+void sock_net_idle(struct sock_comm* sc) {
+  if (!atomic_load_explicit(&sc->exec_active, memory_order_relaxed)) return;
+  pthread_mutex_lock(&sc->lock);
+  atomic_store_explicit(&sc->exec_active, 0, memory_order_release);
+  for (struct sock_stream *s = sc->disarmed, *next; s; s = next) {
+    next = s->next_disarmed;
+    /* Watched again: a stream with data waiting reports it at once. */
+    struct epoll_event ev = {.events = sock_stream_events(s->conn), .data.ptr = &s->ep};
+    epoll_ctl(sc->ep_fd, EPOLL_CTL_MOD, s->fd, &ev);
+    s->disarmed = 0;
+    s->next_disarmed = NULL;
+  }
+  sc->disarmed = NULL;
+  pthread_mutex_unlock(&sc->lock);
+}
+
+/* Before c is freed: none of its streams stays on the disarmed list. */
+static void streams_unpark(struct sock_comm* sc, struct sock_conn* c) {
+  pthread_mutex_lock(&sc->lock);
+  for (struct sock_stream** at = &sc->disarmed; *at;) {
+    if ((*at)->conn == c) {
+      (*at)->disarmed = 0;
+      *at = (*at)->next_disarmed;
+    } else {
+      at = &(*at)->next_disarmed;
+    }
+  }
+  pthread_mutex_unlock(&sc->lock);
+}
+
 static void stream_event(struct sock_comm* sc, struct sock_stream* s, uint32_t events,
                          struct sock_conn** batch) {
   struct sock_conn* c = s->conn;
   if (atomic_load_explicit(&c->up, memory_order_acquire)) {
     /* Every stream is up, and states change only under c->lock now (the
      * executor moves bytes too): progress looks at them there. */
+    if (stream_park(sc, s)) return;
     if (c->base.is_send && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
       send_stream_probe(c, s);
     batch_add(batch, c);
@@ -374,6 +432,7 @@ static void conn_release(struct sock_comm* sc, struct sock_conn* c) {
   connecting_done(sc, c);
   size_t key = (size_t)c->base.lane * (size_t)sc->comm->nranks + (size_t)c->base.peer;
   if (!c->base.is_send && sc->recv_by_key[key] == c) sc->recv_by_key[key] = NULL;
+  streams_unpark(sc, c);
   sock_conn_free(c); /* closing the sockets takes them out of the epoll set */
 }
 
