@@ -4,7 +4,9 @@
 //
 // One process per rank, started by perf/compare/run (or any launcher): rank and size come from
 // GLOO_RANK/GLOO_SIZE, RANK/WORLD_SIZE or LOOM_RANK/LOOM_WORLD_SIZE (loomrun), the rendezvous
-// from a gloo::rendezvous::FileStore in GLOO_STORE (a directory every rank can reach).
+// from a gloo::rendezvous::FileStore in GLOO_STORE (a directory every rank can reach). The TCP
+// device binds to GLOO_SOCKET_IFNAME (an interface) or GLOO_HOSTNAME (an address), else to
+// 127.0.0.1; perf/compare/run --net sets GLOO_SOCKET_IFNAME=eth0 in each network namespace.
 //
 //   GLOO_STORE=/tmp/s GLOO_RANK=0 GLOO_SIZE=2 gloo_perf -C allreduce -a ring -b 8 -e 256M -f 4 &
 //   GLOO_STORE=/tmp/s GLOO_RANK=1 GLOO_SIZE=2 gloo_perf -C allreduce -a ring -b 8 -e 256M -f 4
@@ -253,9 +255,24 @@ bool pick_algo(GlooBench* b) {
   return false;
 }
 
+// Where the TCP device listens, and what the header says of it: the interface in
+// GLOO_SOCKET_IFNAME (PyTorch's name for it; its first IPv4 address), else the address or name in
+// GLOO_HOSTNAME, else loopback 127.0.0.1 (one host).
+std::string g_where = "loopback 127.0.0.1";
+
 Context connect(int rank, int nranks, const std::string& store_dir) {
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  const char* ifname = getenv("GLOO_SOCKET_IFNAME");
+  const char* host = getenv("GLOO_HOSTNAME");
+  if (ifname && *ifname) {
+    attr.iface = ifname;
+    g_where = std::string("interface ") + ifname;
+  } else if (host && *host) {
+    attr.hostname = host;
+    g_where = std::string("address ") + host;
+  } else {
+    attr.hostname = "127.0.0.1";
+  }
   attr.ai_family = AF_INET;
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(store_dir);
@@ -272,13 +289,13 @@ void print_info(const GlooBench& b) {
   if (b.rank != 0) return;
   char library[160], how[256], host[64] = "";
   gethostname(host, sizeof(host) - 1);
-  snprintf(library, sizeof(library),
-           "Gloo %d.%d.%d (Debian libgloo-dev), TCP transport over loopback 127.0.0.1",
-           GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
-  snprintf(how, sizeof(how),
-           "algorithm %s; Gloo has no shared-memory transport: every byte goes "
-           "through the kernel's TCP loopback",
-           b.algo.c_str());
+  bool loopback = g_where.rfind("loopback", 0) == 0;
+  snprintf(library, sizeof(library), "Gloo %d.%d.%d (Debian libgloo-dev), TCP transport over %s",
+           GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, g_where.c_str());
+  snprintf(how, sizeof(how), "algorithm %s; %s", b.algo.c_str(),
+           loopback ? "Gloo has no shared-memory transport: every byte goes through the "
+                      "kernel's TCP loopback"
+                    : "TCP between the ranks' hosts");
   print_header(&b.o, library, how, b.nranks);
   print_devices(pids.data(), b.nranks, host);
   print_rule_lines();
@@ -321,7 +338,8 @@ int main(int argc, char** argv) {
     bench_usage(
         argv[0],
         "  -a ring|ring_chunked|halving_doubling|bcube|opts_ring|opts_bcube (all-reduce)\n"
-        "  environment: GLOO_RANK, GLOO_SIZE, GLOO_STORE (a directory shared by the ranks)\n");
+        "  environment: GLOO_RANK, GLOO_SIZE, GLOO_STORE (a directory shared by the ranks),\n"
+        "  GLOO_SOCKET_IFNAME (interface) or GLOO_HOSTNAME (address) to bind, else 127.0.0.1\n");
     return 2;
   }
   if (!pick_algo(&b)) return 2;

@@ -13,6 +13,14 @@ size band; beside each, .cmd holds the exact command and .rc its exit status), D
                                    the best peer
   DIR/plots/<tool>_n<N>.png        bus bandwidth and time against size (perf/plot)
 
+A run of the network mode (run --net; meta.json has "network") is titled as such, names the
+hosts and each library's transport, and adds the network goal: Loom's busbw at least 1.3x the
+best peer's from 1 MiB up, its time no worse than the best peer's below 64 KiB. With several
+ranks per host (run --net --per-host N) the tables name hosts x ranks per host, the header the
+transports inside and across hosts, and a second Loom run, "loom-flat" (LOOM_ALGO=allreduce:ring,
+"Loom flat ring"), gets a column of its own and a table against Loom (the tuner's choice); it is
+never a peer. The N in file names is always the number of ranks.
+
 Only the standard library, so a fresh Debian has what it needs.
 """
 import argparse
@@ -36,7 +44,15 @@ TITLE_OF = {c: title for c, _, title in COLLS}
 REDUCES = {"allreduce", "reducescatter"}
 # Columns of the summary, in order; Gloo's algorithms fold into one column (the best per size).
 PEERS = ["openmpi", "mpich", "gloo"]
-LABEL = {"loom": "Loom", "openmpi": "Open MPI", "mpich": "MPICH", "gloo": "Gloo"}
+LABEL = {"loom": "Loom", "loom-flat": "Loom flat ring", "openmpi": "Open MPI", "mpich": "MPICH", "gloo": "Gloo"}
+# Loom's own runs: never a peer. "loom-flat" is Loom forced to the flat ring (run --net --per-host).
+LOOMS = ("loom", "loom-flat")
+FLAT_ALGO = "flat ring (LOOM_ALGO=allreduce:ring)"
+
+
+def column_of(lib, doc):
+    """The summary column of a raw library name: Loom's runs apart, Gloo's algorithms folded."""
+    return lib if lib in LOOMS else doc["library"]
 
 RAW_NAME = re.compile(r"^(?P<lib>[a-z0-9_.-]+?)__(?P<coll>[a-z]+)__n(?P<n>\d+)__r(?P<rep>\d+)__b(?P<band>\d+)$")
 
@@ -151,7 +167,9 @@ def library_json(lib, coll, n, reps, meta):
         "out_of_bounds": out_of_bounds,
         "avg_busbw": round(sum(bw) / len(bw), 4) if bw else 0.0,
     }
-    if algo:
+    if lib == "loom-flat":
+        doc["algorithm"] = FLAT_ALGO
+    elif algo:
         doc["algorithm"] = algo
     doc["repeats"] = len(reps)
     doc["statistic"] = ("median time over the repeats, per size and placement; algbw = size / "
@@ -190,7 +208,7 @@ def comparison(docs, coll, n, placement):
     for (lib, c, nn), doc in docs.items():
         if c != coll or nn != n:
             continue
-        base = doc["library"]
+        base = column_of(lib, doc)
         for r in doc["results"]:
             cell = r[key]
             if r["size"] == 0 or cell is None or cell["time_us"] <= 0:
@@ -207,26 +225,30 @@ def comparison(docs, coll, n, placement):
     for size in sizes:
         libs = {lib: by_lib[lib][size] for lib in by_lib if size in by_lib[lib]}
         # A peer whose result was wrong at this size is no yardstick.
-        peers = {lib: v for lib, v in libs.items() if lib != "loom" and not v["wrong"]}
+        peers = {lib: v for lib, v in libs.items() if lib not in LOOMS and not v["wrong"]}
         best = min(peers, key=lambda l: peers[l]["time_us"]) if peers else None
-        loom = libs.get("loom")
+        loom, flat = libs.get("loom"), libs.get("loom-flat")
         row = {"size": size, "libs": libs, "best_peer": best, "ratio_busbw": None, "ratio_time": None}
         if best and loom:
             bp = peers[best]
             row["ratio_busbw"] = round(loom["busbw"] / bp["busbw"], 3) if bp["busbw"] > 0 else None
             row["ratio_time"] = round(loom["time_us"] / bp["time_us"], 3)
+        if "loom-flat" in by_lib:  # Loom (the tuner's choice) over Loom's flat ring
+            row["ratio_flat_time"] = round(loom["time_us"] / flat["time_us"], 3) if loom and flat else None
         rows.append(row)
     return rows
 
 
 def markdown_table(rows, libs_present):
-    cols = ["loom"] + [p for p in PEERS if p in libs_present]
+    cols = [l for l in LOOMS if l == "loom" or l in libs_present] + [p for p in PEERS if p in libs_present]
     head = ["size"]
     for lib in cols:
         head += ["%s GB/s" % LABEL[lib], "%s us" % LABEL[lib]]
     if "gloo" in cols:
         head += ["Gloo alg"]
     head += ["best peer", "Loom/best busbw", "Loom/best time"]
+    if "loom-flat" in cols:
+        head += ["Loom/flat ring time"]
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
     for r in rows:
         line = [fmt_size(r["size"])]
@@ -239,6 +261,8 @@ def markdown_table(rows, libs_present):
             line += [(g and g.get("algo")) or "-"]
         best = r["best_peer"]
         line += [LABEL.get(best, best or "-"), fmt_ratio(r["ratio_busbw"]), fmt_ratio(r["ratio_time"])]
+        if "loom-flat" in cols:
+            line += [fmt_ratio(r.get("ratio_flat_time"))]
         out.append("| " + " | ".join(line) + " |")
     return out
 
@@ -260,12 +284,94 @@ def headline(rows):
     }
 
 
+# The network mode's goal (the issue that asked for it): from 1 MiB up, Loom's busbw at least
+# GOAL_BW times the best peer's; below 64 KiB, Loom's time no more than the best peer's.
+GOAL_BW, GOAL_BW_FROM, GOAL_LAT_BELOW = 1.3, 1 << 20, 64 << 10
+
+
+def goal_check(rows):
+    """The goal on one table: the worst ratio in each range, and whether it is met."""
+    big = [r for r in rows if r["size"] >= GOAL_BW_FROM and r["ratio_busbw"] is not None]
+    small = [r for r in rows if r["size"] < GOAL_LAT_BELOW and r["ratio_time"] is not None]
+    res = {}
+    if big:
+        w = min(big, key=lambda r: r["ratio_busbw"])
+        res["bandwidth"] = {"sizes": [big[0]["size"], big[-1]["size"]], "worst_size": w["size"],
+                            "worst_ratio_busbw": w["ratio_busbw"], "peer": w["best_peer"],
+                            "met": all(r["ratio_busbw"] >= GOAL_BW for r in big),
+                            "sizes_met": sum(r["ratio_busbw"] >= GOAL_BW for r in big), "sizes_all": len(big)}
+    if small:
+        w = max(small, key=lambda r: r["ratio_time"])
+        res["latency"] = {"sizes": [small[0]["size"], small[-1]["size"]], "worst_size": w["size"],
+                          "worst_ratio_time": w["ratio_time"], "peer": w["best_peer"],
+                          "met": all(r["ratio_time"] <= 1.0 for r in small),
+                          "sizes_met": sum(r["ratio_time"] <= 1.0 for r in small), "sizes_all": len(small)}
+    return res
+
+
+def per_host(net):
+    return int((net or {}).get("per_host") or 1)
+
+
+def shape(n, net):
+    """n ranks as the tables name them: "n" (one rank per host, or the host mode), else "H x L"."""
+    ph = per_host(net)
+    return "%d x %d" % (n // ph, ph) if ph > 1 else str(n)
+
+
+def flat_check(rows):
+    """Loom (the tuner's choice) against Loom's flat ring on one table: time ratios."""
+    rs = [r for r in rows if r.get("ratio_flat_time") is not None]
+    if not rs:
+        return None
+    best = min(rs, key=lambda r: r["ratio_flat_time"])
+    worst = max(rs, key=lambda r: r["ratio_flat_time"])
+    return {"largest": {"size": rs[-1]["size"], "ratio_time": rs[-1]["ratio_flat_time"]},
+            "best": {"size": best["size"], "ratio_time": best["ratio_flat_time"]},
+            "worst": {"size": worst["size"], "ratio_time": worst["ratio_flat_time"]},
+            "sizes_faster": sum(r["ratio_flat_time"] < 1.0 for r in rs), "sizes_all": len(rs)}
+
+
+def network_lines(net, meta):
+    """The header of a network-mode summary."""
+    hosts = net.get("hosts") or []
+    ph = per_host(net)
+    topo = (net.get("topology") or "").rstrip(".")
+    if ph > 1:
+        what = "%s hosts x %d ranks per host (%s ranks)" % (
+            " and ".join(str(h) for h in hosts), ph, " and ".join(str(h * ph) for h in hosts))
+    else:
+        what = "%s hosts" % " and ".join(str(h) for h in hosts)
+    out = ["Network mode: %s. %s." % (what, topo[:1].upper() + topo[1:]), ""]
+    ia = net.get("inside_across")
+    if ia:
+        out += ["Transports inside a host and across hosts:", "",
+                "| library | inside a host | across hosts |", "|---|---|---|"]
+        for lib, (inside, across) in ia.items():
+            out.append("| %s | %s | %s |" % (LABEL.get(lib, lib), inside, across))
+        out += ["", "In detail:"]
+    else:
+        out.append("Transports:")
+    out.append("")
+    for lib, how in (net.get("transports") or {}).items():
+        out.append("- %s: %s" % (LABEL.get(lib, lib), how))
+    if net.get("openmpi_unavailable"):
+        out += ["", "**Open MPI did not run across the namespaces**: %s" % net["openmpi_unavailable"]]
+    out.append("")
+    return out
+
+
 def write_summary(out, docs, meta, placement):
     nranks_all = sorted({n for (_, _, n) in docs})
+    net = meta.get("network")
+    word = ("hosts x ranks" if per_host(net) > 1 else "hosts") if net else "ranks"
     summary = {"machine": meta.get("machine"), "memcpy": meta.get("memcpy"),
                "versions": meta.get("versions"), "launch": meta.get("launch"),
                "repeats": meta.get("repeats"), "placement": placement, "collectives": {}}
-    md = ["# Loom against MPI and Gloo on one host", ""]
+    if net:
+        summary["network"] = net
+    md = ["# Loom against Open MPI and Gloo between network namespaces" if net
+          else "# Loom against MPI and Gloo on one host", ""]
     m = meta.get("machine", {})
     md.append("Machine: %s, %s CPUs (%s), %s GiB. Date: %s. Mode: %s, %s repeat(s), median per size."
               % (m.get("hostname"), m.get("cpus"), m.get("cpu_model"), m.get("mem_gib"),
@@ -282,6 +388,8 @@ def write_summary(out, docs, meta, placement):
     if mc:
         md.append("memcpy bandwidth (perf/compare/memcpy_bw, 256 MiB, best of 7): %s."
                   % ", ".join("%s thread(s) %.2f GB/s" % (t, v) for t, v in sorted(mc.items())))
+    if net:
+        md += [""] + network_lines(net, meta)
     md += ["", "Float32, sum where the collective reduces; %s columns; busbw as nccl-tests "
            "(all-reduce 2(n-1)/n, all-gather/reduce-scatter/all-to-all (n-1)/n, broadcast 1). "
            "Ratios are Loom over the best peer at that size: busbw above 1 and time below 1 "
@@ -289,9 +397,16 @@ def write_summary(out, docs, meta, placement):
            "some element of the checked call was wrong (in any repeat); such a result is never "
            "the best peer."
            % ("out-of-place" if placement == "out" else "in-place"), ""]
-    heads = ["| collective | ranks | largest size | Loom busbw | best peer | peer busbw | ratio "
-             "| smallest size | Loom us | best peer | peer us | ratio |",
+    heads = ["| collective | %s | largest size | Loom busbw | best peer | peer busbw | ratio "
+             "| smallest size | Loom us | best peer | peer us | ratio |" % word,
              "|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|"]
+    goals = ["| collective | %s | busbw >= %.1fx best peer, %s and up: worst (size, peer) | met "
+             "| time <= best peer below %s: worst (size, peer) | met |"
+             % (word, GOAL_BW, fmt_size(GOAL_BW_FROM), fmt_size(GOAL_LAT_BELOW)),
+             "|---|---:|---|---|---|---|"]
+    flats = ["| collective | %s | Loom/flat ring time at the largest size | best (size) | worst (size) "
+             "| sizes where Loom beats its flat ring |" % word,
+             "|---|---:|---:|---:|---:|---:|"]
     sections = []
     for coll, tool, title in COLLS:
         for n in nranks_all:
@@ -300,16 +415,51 @@ def write_summary(out, docs, meta, placement):
                 continue
             libs_present = {lib for r in rows for lib in r["libs"]}
             summary["collectives"].setdefault(coll, {})[str(n)] = {"rows": rows, "headline": headline(rows)}
+            if net:
+                g = goal_check(rows)
+                summary["collectives"][coll][str(n)]["goal"] = g
+                bw, lat = g.get("bandwidth"), g.get("latency")
+                goals.append("| %s | %s | %s | %s | %s | %s |" % (
+                    title, shape(n, net),
+                    "%.2f (%s, %s)" % (bw["worst_ratio_busbw"], fmt_size(bw["worst_size"]), LABEL.get(bw["peer"]))
+                    if bw else "-",
+                    ("yes" if bw["met"] else "no, %d of %d sizes" % (bw["sizes_met"], bw["sizes_all"])) if bw else "-",
+                    "%.2f (%s, %s)" % (lat["worst_ratio_time"], fmt_size(lat["worst_size"]), LABEL.get(lat["peer"]))
+                    if lat else "-",
+                    ("yes" if lat["met"] else "no, %d of %d sizes" % (lat["sizes_met"], lat["sizes_all"])) if lat else "-"))
             h = headline(rows)
             if h:
                 L, S = h["largest"], h["smallest"]
-                heads.append("| %s | %d | %s | %.2f | %s | %.2f | %s | %s | %s | %s | %s | %s |" % (
-                    title, n, fmt_size(L["size"]), L["loom_busbw"], LABEL.get(L["peer"]), L["peer_busbw"],
+                heads.append("| %s | %s | %s | %.2f | %s | %.2f | %s | %s | %s | %s | %s | %s |" % (
+                    title, shape(n, net), fmt_size(L["size"]), L["loom_busbw"], LABEL.get(L["peer"]), L["peer_busbw"],
                     fmt_ratio(L["ratio_busbw"]), fmt_size(S["size"]), fmt_time(S["loom_time_us"]),
                     LABEL.get(S["peer"]), fmt_time(S["peer_time_us"]), fmt_ratio(S["ratio_time"])))
-            sections += ["### %s, %d ranks (%s)" % (title, n, tool), ""]
+            f = flat_check(rows)
+            if f:
+                summary["collectives"][coll][str(n)]["loom_vs_flat_ring"] = f
+                flats.append("| %s | %s | %.2f (%s) | %.2f (%s) | %.2f (%s) | %d of %d |" % (
+                    title, shape(n, net), f["largest"]["ratio_time"], fmt_size(f["largest"]["size"]),
+                    f["best"]["ratio_time"], fmt_size(f["best"]["size"]),
+                    f["worst"]["ratio_time"], fmt_size(f["worst"]["size"]), f["sizes_faster"], f["sizes_all"]))
+            if net and per_host(net) > 1:
+                sections += ["### %s, %d hosts x %d ranks (%d ranks; %s)"
+                             % (title, n // per_host(net), per_host(net), n, tool), ""]
+            else:
+                sections += ["### %s, %d %s (%s)" % (title, n, word, tool), ""]
             sections += markdown_table(rows, libs_present) + [""]
-    md += ["## Overview", ""] + heads + ["", "## Per size", ""] + sections
+    md += ["## Overview", ""] + heads + [""]
+    if net:
+        md += ["## Network goal", "",
+               "Loom's busbw at least %.1fx the best peer's from %s up, and its time no worse than the "
+               "best peer's below %s (ratios as above; worst size of each range)."
+               % (GOAL_BW, fmt_size(GOAL_BW_FROM), fmt_size(GOAL_LAT_BELOW)), ""] + goals + [""]
+    if len(flats) > 2:
+        md += ["## Two levels against the flat ring", "",
+               "Loom (the tuner's choice; with several hosts of several ranks it may pick the "
+               "hierarchical all-reduce) over Loom flat ring (LOOM_ALGO=allreduce:ring, one ring over "
+               "all ranks), time per call: below 1 the tuner's choice is faster. The flat ring is "
+               "never a peer: the other tables compare Loom's tuner with the best peer.", ""] + flats + [""]
+    md += ["## Per size", ""] + sections
     md += ["## How it was run", ""]
     for lib, how in (meta.get("launch") or {}).items():
         md.append("- %s: `%s`" % (lib, how))
@@ -324,11 +474,13 @@ def write_summary(out, docs, meta, placement):
 
 
 def label_of(lib):
+    if lib in LABEL:
+        return LABEL[lib]
     base, _, algo = lib.partition("-")
     return LABEL.get(base, base) + (" " + algo if algo and algo != "default" else "")
 
 
-def write_plots(out, docs, files, plot_cmd, placement):
+def write_plots(out, docs, files, plot_cmd, placement, word="ranks"):
     pdir = os.path.join(out, "plots")
     os.makedirs(pdir, exist_ok=True)
     made, how = [], None
@@ -342,8 +494,8 @@ def write_plots(out, docs, files, plot_cmd, placement):
             order = ["loom"] + PEERS
             keys.sort(key=lambda k: (order.index(k[0].split("-")[0]) if k[0].split("-")[0] in order
                                      else len(order), k[0]))
-            argv = [plot_cmd, "-o", png, "-t", "%s, %d ranks, %s, median of %s run(s), %s"
-                    % (title, n, where, docs[keys[0]].get("repeats"),
+            argv = [plot_cmd, "-o", png, "-t", "%s, %d %s, %s, median of %s run(s), %s"
+                    % (title, n, word, where, docs[keys[0]].get("repeats"),
                        docs[keys[0]]["machine"].get("hostname", ""))]
             if placement == "in":
                 argv.append("--in-place")
@@ -385,7 +537,10 @@ def main():
         docs[(lib, coll, n)] = doc
         files[(lib, coll, n)] = path
     write_summary(a.out, docs, meta, a.placement)
-    made, how = write_plots(a.out, docs, files, a.plot_cmd, a.placement)
+    net = meta.get("network")
+    made, how = write_plots(a.out, docs, files, a.plot_cmd, a.placement,
+                            ("hosts (network namespaces)" if per_host(net) == 1 else
+                             "ranks, %d per host (network namespaces)" % per_host(net)) if net else "ranks")
     print("summarize: %d JSON files, summary.md, summary.json, %d plots%s in %s"
           % (len(docs), len(made), " (%s)" % how if how else "", a.out))
 
