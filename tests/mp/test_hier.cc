@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <ostream>
 #include <regex>
 #include <set>
 #include <string>
@@ -96,6 +97,11 @@ struct Layout {
   int hosts, per_host;
   bool round_robin;  // host = rank % hosts, else rank / per_host
 };
+
+// gtest would otherwise print the bytes of the struct, padding included.
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << l.name;
+}
 
 class HierHosts : public ::testing::TestWithParam<Layout> {};
 
