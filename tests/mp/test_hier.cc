@@ -151,7 +151,7 @@ std::string tuning_file() {
   return path;
 }
 
-// Two hosts of two: from 8 bytes to 4 MiB the tuner's all-reduce joins rank
+// Two hosts of two: from 8 bytes to 2 MiB the tuner's all-reduce joins rank
 // 0 to rank 1 (its host) and rank 2 (its counterpart) only; a flat ring or
 // tree would join it to rank 3 or leave rank 2 out.
 TEST(HierTuner, TakesTheHierarchicalPlanAcrossHosts) {
