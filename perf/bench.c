@@ -203,8 +203,8 @@ static int reduce_time(struct perf_thread* t, double* sec) {
   return 0;
 }
 
-static void bandwidth(const struct perf_thread* t, const struct bench_case* bc,
-                      const struct bench_size* bs, double sec, struct perf_cell* cell) {
+static void bandwidth(const struct perf_thread* t, const struct bench_size* bs, double sec,
+                      struct perf_cell* cell) {
   const struct perf_coll* c = t->w->coll;
   double bytes = (double)bs->extent; /* the whole vector: what nccl-tests' algbw counts */
   cell->time_us = sec * 1e6;
@@ -220,7 +220,7 @@ static int bench_time(struct perf_thread* t, const struct bench_case* bc,
   if (start_coll(t, bc, bs, in_place, 0, 0) || complete_coll(t) || perf_barrier(t)) return -1;
   double sec;
   if (timed_loop(t, bc, bs, in_place, &sec) || reduce_time(t, &sec)) return -1;
-  bandwidth(t, bc, bs, sec, cell);
+  bandwidth(t, bs, sec, cell);
   if (perf_barrier(t)) return -1;
   cell->wrong = -1; /* N/A */
   if (o->check && !(in_place && t->w->coll->inplace_unchecked)) {

@@ -276,9 +276,6 @@ static inline void fill_input(enum coll_kind c, float* send, size_t count, int r
   }
 }
 
-/* Counts the elements of OUT that differ from what rank RANK must hold after the collective.
- * OUT points at the rank's result: the whole buffer, except reduce-scatter (recvcount
- * elements). */
 /* The buffers before a checked call: recv poisoned, and the input where the
  * call reads it (in place: inside recv, where the collective's in-place form
  * puts it). */
@@ -303,6 +300,9 @@ static inline void print_devices(const int* pids, int nranks, const char* host) 
     printf("#  Rank %2d Group  0 Pid %6d on %10s device host\n", r, pids[r], host);
 }
 
+/* Counts the elements of OUT that differ from what rank RANK must hold after the collective.
+ * OUT points at the rank's result: the whole buffer, except reduce-scatter (recvcount
+ * elements). */
 static inline size_t check_output(enum coll_kind c, enum red_kind op, const float* out,
                                   size_t count, int rank, int nranks, int root) {
   size_t wrong = 0, per = count / (size_t)nranks;

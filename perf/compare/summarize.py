@@ -332,7 +332,7 @@ def flat_check(rows):
             "sizes_faster": sum(r["ratio_flat_time"] < 1.0 for r in rs), "sizes_all": len(rs)}
 
 
-def network_lines(net, meta):
+def network_lines(net):
     """The header of a network-mode summary."""
     hosts = net.get("hosts") or []
     ph = per_host(net)
@@ -389,7 +389,7 @@ def write_summary(out, docs, meta, placement):
         md.append("memcpy bandwidth (perf/compare/memcpy_bw, 256 MiB, best of 7): %s."
                   % ", ".join("%s thread(s) %.2f GB/s" % (t, v) for t, v in sorted(mc.items())))
     if net:
-        md += [""] + network_lines(net, meta)
+        md += [""] + network_lines(net)
     md += ["", "Float32, sum where the collective reduces; %s columns; busbw as nccl-tests "
            "(all-reduce 2(n-1)/n, all-gather/reduce-scatter/all-to-all (n-1)/n, broadcast 1). "
            "Ratios are Loom over the best peer at that size: busbw above 1 and time below 1 "
@@ -414,7 +414,8 @@ def write_summary(out, docs, meta, placement):
             if not rows:
                 continue
             libs_present = {lib for r in rows for lib in r["libs"]}
-            summary["collectives"].setdefault(coll, {})[str(n)] = {"rows": rows, "headline": headline(rows)}
+            h = headline(rows)
+            summary["collectives"].setdefault(coll, {})[str(n)] = {"rows": rows, "headline": h}
             if net:
                 g = goal_check(rows)
                 summary["collectives"][coll][str(n)]["goal"] = g
@@ -427,7 +428,6 @@ def write_summary(out, docs, meta, placement):
                     "%.2f (%s, %s)" % (lat["worst_ratio_time"], fmt_size(lat["worst_size"]), LABEL.get(lat["peer"]))
                     if lat else "-",
                     ("yes" if lat["met"] else "no, %d of %d sizes" % (lat["sizes_met"], lat["sizes_all"])) if lat else "-"))
-            h = headline(rows)
             if h:
                 L, S = h["largest"], h["smallest"]
                 heads.append("| %s | %s | %s | %.2f | %s | %.2f | %s | %s | %s | %s | %s | %s |" % (

@@ -63,33 +63,27 @@ static size_t part_slices(const struct hier* g) {
   return largest / g->a->slice_elems + (largest % g->a->slice_elems != 0);
 }
 
-static void intra_reducescatter(struct hier* g) {
+/* One ring phase inside the host. Reduce-scatter (gather == 0): in step j
+ * send part l - j - 1 (the input at j = 0, else the partial received the
+ * step before) and receive part l - j - 2, adding the input. All-gather:
+ * send part l - j and receive part l - j - 1, finished parts in RECV. */
+static void intra_ring(struct hier* g, int gather) {
   int L = g->L, l = g->li, next = g->local[mod(l + 1, L)], prev = g->local[mod(l - 1, L)];
+  int shift = gather ? 0 : 1;
   size_t ns = part_slices(g);
   for (size_t s = 0; s < ns; s++)
     for (int j = 0; j < L - 1; j++) {
       size_t so, sn, ro, rn;
-      part_slice(g, mod(l - j - 1, L), s, &so, &sn);
-      part_slice(g, mod(l - j - 2, L), s, &ro, &rn);
-      struct plan_ref from = plan_ref_make(j == 0 ? g->in : PB_RECV, so);
+      part_slice(g, mod(l - j - shift, L), s, &so, &sn);
+      part_slice(g, mod(l - j - shift - 1, L), s, &ro, &rn);
+      struct plan_ref from = plan_ref_make(!gather && j == 0 ? g->in : PB_RECV, so);
+      struct plan_ref to = plan_ref_make(PB_RECV, ro);
       plan_step_begin(g->p);
       plan_add(g->p, OP_SEND, next, from, from, sn);
-      plan_add(g->p, OP_RECV_REDUCE, prev, plan_ref_make(g->in, ro), plan_ref_make(PB_RECV, ro), rn);
-    }
-}
-
-static void intra_allgather(struct hier* g) {
-  int L = g->L, l = g->li, next = g->local[mod(l + 1, L)], prev = g->local[mod(l - 1, L)];
-  size_t ns = part_slices(g);
-  for (size_t s = 0; s < ns; s++)
-    for (int k = 0; k < L - 1; k++) {
-      size_t so, sn, ro, rn;
-      part_slice(g, mod(l - k, L), s, &so, &sn);
-      part_slice(g, mod(l - k - 1, L), s, &ro, &rn);
-      struct plan_ref from = plan_ref_make(PB_RECV, so), to = plan_ref_make(PB_RECV, ro);
-      plan_step_begin(g->p);
-      plan_add(g->p, OP_SEND, next, from, from, sn);
-      plan_add(g->p, OP_RECV, prev, to, to, rn);
+      if (gather)
+        plan_add(g->p, OP_RECV, prev, to, to, rn);
+      else
+        plan_add(g->p, OP_RECV_REDUCE, prev, plan_ref_make(g->in, ro), to, rn);
     }
 }
 
@@ -146,7 +140,7 @@ static loomResult_t hier_groups(struct hier* g, int* mem) {
   g->L = L;
   g->local = mem;
   g->cross = mem + L;
-  int* seen = mem + L + H; /* per host, ranks met so far */
+  int* seen = mem + L + H; /* per host, ranks met so far; L + 2H <= 2n + 1 when L * H = n */
   for (int h = 0; h < H; h++) seen[h] = 0;
   g->li = -1;
   for (int r = 0; r < n; r++) {
@@ -195,11 +189,11 @@ loomResult_t hier_allreduce_build(const struct coll_args* a, struct plan* out) {
       plan_step_begin(out);
       plan_add(out, OP_COPY, -1, plan_ref_make(PB_SEND, 0), plan_ref_make(PB_RECV, 0), a->count);
     }
-    intra_reducescatter(&g);
+    intra_ring(&g, 0);
     r = cross_allreduce(&g);
   }
   if (r == loomSuccess) {
-    intra_allgather(&g);
+    intra_ring(&g, 1);
     if (a->avg) {
       plan_step_begin(out);
       plan_add(out, OP_DIV, -1, plan_ref_make(PB_RECV, 0), plan_ref_make(PB_RECV, 0), a->count);

@@ -364,6 +364,11 @@ loomResult_t rhd_allgather_build(const struct coll_args* a, struct plan* out) {
  * is still SEND, which makes sendbuff == recvbuff safe. A result left in
  * scratch is copied to RECV. Each slice of at most slice_elems runs the
  * whole schedule in turn. */
+/* Where a partial goes next: never the buffer it is read from. */
+static enum plan_buf acc_next(enum plan_buf b) {
+  return b == PB_SCRATCH ? PB_RECV : PB_SCRATCH;
+}
+
 loomResult_t doubling_allreduce_build(const struct coll_args* a, struct plan* out) {
   struct rhd g;
   LOOM_CHECK(rhd_start(a, RHD_ALLREDUCE, out, &g));
@@ -380,7 +385,6 @@ loomResult_t doubling_allreduce_build(const struct coll_args* a, struct plan* ou
   for (size_t k = 0; k < ns; k++) {
     size_t off = k * a->slice_elems, len = LOOM_MIN(a->slice_elems, c - off);
     enum plan_buf acc = in;
-#define ACC_NEXT(b) ((b) == PB_SCRATCH ? PB_RECV : PB_SCRATCH)
     if (g.vrank < 0) { /* folded away: give the input, take the result */
       plan_step_begin(out);
       plan_add(out, OP_SEND, r + 1, plan_ref_make(in, off), plan_ref_make(in, off), len);
@@ -390,18 +394,17 @@ loomResult_t doubling_allreduce_build(const struct coll_args* a, struct plan* ou
     }
     if (r < 2 * g.rem) { /* takes its even neighbour's input */
       plan_step_begin(out);
-      plan_add(out, OP_RECV_REDUCE, r - 1, plan_ref_make(acc, off), plan_ref_make(ACC_NEXT(acc), off), len);
-      acc = ACC_NEXT(acc);
+      plan_add(out, OP_RECV_REDUCE, r - 1, plan_ref_make(acc, off), plan_ref_make(acc_next(acc), off), len);
+      acc = acc_next(acc);
     }
     for (int m = 1; m < g.p2; m *= 2) {
       int peer = fold_real(g.vrank ^ m, g.rem);
-      enum plan_buf to = ACC_NEXT(acc);
+      enum plan_buf to = acc_next(acc);
       plan_step_begin(out);
       plan_add(out, OP_SEND, peer, plan_ref_make(acc, off), plan_ref_make(acc, off), len);
       plan_add(out, OP_RECV_REDUCE, peer, plan_ref_make(acc, off), plan_ref_make(to, off), len);
       acc = to;
     }
-#undef ACC_NEXT
     if (r < 2 * g.rem) {
       plan_step_begin(out);
       plan_add(out, OP_SEND, r - 1, plan_ref_make(acc, off), plan_ref_make(acc, off), len);

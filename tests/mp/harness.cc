@@ -311,4 +311,15 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+std::string unique_tag() {
+  static std::atomic<int> n{0};
+  return std::to_string(getpid()) + "-" + std::to_string(n++) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count() % 1000000);
+}
+
+std::vector<std::pair<std::string, std::string>> log_env(const std::string& prefix,
+                                                         const std::string& subsys) {
+  return {{"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", subsys}, {"LOOM_DEBUG_FILE", prefix + "%p.log"}};
+}
+
 }  // namespace harness

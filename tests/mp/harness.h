@@ -79,6 +79,15 @@ std::string own_log();
 // A whole file as text ("" when it cannot be read).
 std::string read_file(const std::string& path);
 
+// A name part no other call of this process, and no other run, uses:
+// pid, a counter and the clock.
+std::string unique_tag();
+
+// The environment that sends Loom's INFO log of the given subsystems to
+// <prefix><pid>.log (read back with own_log()).
+std::vector<std::pair<std::string, std::string>> log_env(const std::string& prefix,
+                                                         const std::string& subsys);
+
 }  // namespace harness
 
 #endif

@@ -14,7 +14,6 @@
 // results.
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <ostream>
@@ -34,11 +33,6 @@ using colltest::Runner;
 using harness::Ctx;
 using harness::Mode;
 using Env = std::vector<std::pair<std::string, std::string>>;
-
-std::string tag() {
-  static std::atomic<int> n{0};
-  return std::to_string(getpid()) + "-" + std::to_string(n++);
-}
 
 // host(rank) names each rank's host; body runs after init.
 void run_hosts(int n, const std::function<int(int)>& host, const Env& env,
@@ -64,10 +58,9 @@ void run_hosts(int n, const std::function<int(int)>& host, const Env& env,
 }
 
 Env log_env(const std::string& prefix) {
-  return {{"LOOM_DEBUG", "INFO"},
-          {"LOOM_DEBUG_SUBSYS", "INIT,TUNE"},
-          {"LOOM_DEBUG_FILE", prefix + "%p.log"},
-          {"LOOM_DIRECT", "0"}};
+  Env e = harness::log_env(prefix, "INIT,TUNE");
+  e.push_back({"LOOM_DIRECT", "0"});
+  return e;
 }
 
 // The peers this rank connected to, with the transport of each.
@@ -109,7 +102,7 @@ TEST_P(HierHosts, ForcedPlanIsCorrectAndCrossesOnlyToCounterparts) {
   const Layout l = GetParam();
   const int n = l.hosts * l.per_host;
   auto host = [l](int r) { return l.round_robin ? r % l.hosts : r / l.per_host; };
-  Env env = log_env("/tmp/loomtest-hier-" + tag() + "-");
+  Env env = log_env("/tmp/loomtest-hier-" + harness::unique_tag() + "-");
   env.push_back({"LOOM_ALGO", "allreduce:hier"});
   run_hosts(n, host, env, [&](Ctx& c) {
     allreduce_body(c, std::string("hier, ") + l.name);
@@ -145,7 +138,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HierHosts,
 // Fixed constants: shared memory 5 GB/s and 2 us a step, the network
 // 1.25 GB/s and 25 us a message.
 std::string tuning_file() {
-  std::string path = "/tmp/loomtest-hier-tuning-" + tag() + ".txt";
+  std::string path = "/tmp/loomtest-hier-tuning-" + harness::unique_tag() + ".txt";
   std::ofstream f(path);
   f << "step_us 2\ncopy_gbps 5\nreduce_gbps 10\nncpus 2\ncma_gbps 3\ncma_us 1\nnet_gbps 1.25\nnet_us 25\n";
   return path;
@@ -156,7 +149,7 @@ std::string tuning_file() {
 // tree would join it to rank 3 or leave rank 2 out.
 TEST(HierTuner, TakesTheHierarchicalPlanAcrossHosts) {
   const std::string tf = tuning_file();
-  Env env = log_env("/tmp/loomtest-hiertune-" + tag() + "-");
+  Env env = log_env("/tmp/loomtest-hiertune-" + harness::unique_tag() + "-");
   env.push_back({"LOOM_TUNING_FILE", tf});
   run_hosts(4, [](int r) { return r / 2; }, env, [&](Ctx& c) {
     for (size_t count = 2; count <= (1u << 20); count *= 8) {
@@ -177,7 +170,7 @@ TEST(HierTuner, TakesTheHierarchicalPlanAcrossHosts) {
 // Three ranks on two hosts cannot split evenly: a forced hierarchical plan
 // falls back (one INFO line) and the results stay right.
 TEST(HierTuner, UnevenHostsFallBackToAFlatPlan) {
-  Env env = log_env("/tmp/loomtest-hieruneven-" + tag() + "-");
+  Env env = log_env("/tmp/loomtest-hieruneven-" + harness::unique_tag() + "-");
   env.push_back({"LOOM_ALGO", "allreduce:hier"});
   run_hosts(3, [](int r) { return r < 2 ? 0 : 1; }, env, [&](Ctx& c) {
     allreduce_body(c, "hier forced, uneven hosts");

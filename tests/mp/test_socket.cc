@@ -60,12 +60,6 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string tag() {
-  static std::atomic<int> n{0};
-  return std::to_string(getpid()) + "-" + std::to_string(n++) + "-" +
-         std::to_string(Clock::now().time_since_epoch().count() % 1000000);
-}
-
 // Runs body on n ranks with env set. Process ranks: the harness. Thread
 // ranks: n threads, each with its own communicator, inside one child process
 // that has env (the library reads its variables once per process).
@@ -291,9 +285,7 @@ struct LogRemover {
 };
 
 Env log_env(const std::string& prefix) {
-  return {{"LOOM_DEBUG", "INFO"},
-          {"LOOM_DEBUG_SUBSYS", "INIT,NET"},
-          {"LOOM_DEBUG_FILE", prefix + "%p.log"}};
+  return harness::log_env(prefix, "INIT,NET");
 }
 
 void small_allreduce(const Ctx& c) {
@@ -322,7 +314,7 @@ class SocketChoice : public ::testing::TestWithParam<ChoiceCase> {};
 // whether the socket transport opened a listener at all.
 TEST_P(SocketChoice, OneHostUsesSocketsOnlyWhenForced) {
   const ChoiceCase cc = GetParam();
-  const std::string prefix = "/tmp/loomtest-choice-" + tag() + "-";
+  const std::string prefix = "/tmp/loomtest-choice-" + harness::unique_tag() + "-";
   Env env = log_env(prefix);
   env.push_back({"LOOM_DIRECT", "0"});
   if (!cc.transports.empty()) env.push_back({"LOOM_TRANSPORTS", cc.transports});
@@ -377,7 +369,7 @@ class SocketAddr : public ::testing::TestWithParam<AddrCase> {};
 // LOOM_SOCKET_IFNAME picks the interface.
 TEST_P(SocketAddr, ListensWhereItShould) {
   const AddrCase ac = GetParam();
-  const std::string prefix = "/tmp/loomtest-addr-" + tag() + "-";
+  const std::string prefix = "/tmp/loomtest-addr-" + harness::unique_tag() + "-";
   Env env = log_env(prefix);
   for (auto& kv : socket_env(2)) env.push_back(kv);
   for (auto& kv : ac.env)
@@ -539,7 +531,7 @@ void stranger_body(const Ctx& c) {
 }
 
 TEST(SocketStranger, RefusedAndHarmless) {
-  const std::string prefix = "/tmp/loomtest-stranger-" + tag() + "-";
+  const std::string prefix = "/tmp/loomtest-stranger-" + harness::unique_tag() + "-";
   Env env = log_env(prefix);
   for (auto& kv : socket_env(2)) env.push_back(kv);
   env.push_back({"LOOM_ALGO", "ring"});
