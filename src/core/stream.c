@@ -23,11 +23,10 @@ struct loomStream {
   pthread_t worker;
   pthread_mutex_t lock;
   /* Two conditions, so that neither side wakes the other for nothing: the
-   * worker sleeps on work (signalled only while it sleeps), synchronizers
-   * on done (broadcast once finished reaches the lowest target waited for,
-   * not after every item, which would cost a wake-up per call). */
+   * worker sleeps on work, synchronizers on done (broadcast once finished
+   * reaches the lowest target waited for, not after every item, which would
+   * cost a wake-up per call). */
   pthread_cond_t work, done;
-  int worker_sleeps;
   unsigned long long wake_at; /* the lowest target of a waiting synchronize; ULLONG_MAX: none */
   struct work_item *head, *tail;
   unsigned long long queued, finished;
@@ -40,11 +39,7 @@ static void* stream_main(void* arg) {
   struct loomStream* s = arg;
   pthread_mutex_lock(&s->lock);
   for (;;) {
-    while (!s->head && !s->stop) {
-      s->worker_sleeps = 1;
-      pthread_cond_wait(&s->work, &s->lock);
-      s->worker_sleeps = 0;
-    }
+    while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->lock);
     if (!s->head) break; /* stopping and drained */
     struct work_item* it = s->head;
     pthread_mutex_unlock(&s->lock);
@@ -114,7 +109,7 @@ loomResult_t stream_enqueue(loomStream_t s, const struct stream_work* w) {
     s->head = it;
   s->tail = it;
   s->queued++;
-  if (s->worker_sleeps) pthread_cond_signal(&s->work);
+  pthread_cond_signal(&s->work); /* no system call when the worker is awake */
   pthread_mutex_unlock(&s->lock);
   return loomSuccess;
 }

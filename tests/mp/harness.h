@@ -64,6 +64,7 @@ int free_port(int family = 2 /* AF_INET */);
 // Waits (at most 20 s) until `expected` ranks of this run have called it: a
 // file next to the run's id file counts arrivals, and whoever sees them all
 // removes it. Needs ctx.id_file (process ranks, and thread ranks of run()).
+// Once per run: a second call could find the file of the first recreated.
 void meet(const Ctx& c, int expected);
 
 // The text names rank k as "peer k" or "rank k" (not "rank 12" for k = 1).

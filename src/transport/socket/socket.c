@@ -1,11 +1,13 @@
 /* socket.c - ranks on different hosts (or any ranks, with
- * LOOM_TRANSPORTS=socket): TCP streams progressed by one network thread per
- * communicator (socket_net.c, socket_stream.c; the design is in socket.h).
+ * LOOM_TRANSPORTS=socket): TCP streams progressed by the executor while it
+ * polls and by one network thread per communicator while it sleeps
+ * (socket_net.c, socket_stream.c; the design is in socket.h).
  *
  * This file is what the executor calls. Posting puts the transfer in the
- * connection's message ring and kicks the network thread; test() only reads
- * the connection's atomic completion count, so the executor never enters a
- * system call for a socket. At init every rank opens one listening socket
+ * connection's message ring and, once the connection is up, moves what it
+ * can at once (before that, it kicks the network thread); test() reads the
+ * connection's atomic completion count and, while the transfer is not done,
+ * progresses the connection when its lock is free. At init every rank opens one listening socket
  * for the communicator and all ranks exchange its address. */
 #include "socket.h"
 

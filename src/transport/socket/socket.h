@@ -3,12 +3,15 @@
  * accepting, handshakes, connecting) and socket_stream.c (moving frames).
  *
  * Threads. The executor thread(s) of a communicator post transfers and test
- * them; one network thread per communicator does every socket call. A
- * connection's lock guards its message ring and its streams' progress: the
- * network thread holds it while it reads or writes the caller's buffers, so
- * cancel and close, which take it, know that no byte of a withdrawn
- * transfer moves once they return. Completion is published through an
- * atomic counter, so test() takes no lock.
+ * them; one network thread per communicator accepts, connects and says the
+ * hellos. Once a connection is up, its bytes are moved by whichever thread
+ * is at it: the executor at post and while it polls, the network thread
+ * while the executor sleeps (exec_active, sock_net_idle). A connection's
+ * lock guards its message ring and its streams' progress: every mover holds
+ * it while it reads or writes the caller's buffers, so cancel and close,
+ * which take it, know that no byte of a withdrawn transfer moves once they
+ * return. Completion is published through an atomic counter, read without
+ * the lock.
  *
  * Wire. The connecting side (the sender) opens nstreams TCP streams per
  * (peer, direction, lane) connection and starts each with a struct
@@ -232,7 +235,7 @@ void sock_net_stop(struct sock_comm* sc);
 /* The executor is about to sleep: the thread watches every stream again. */
 void sock_net_idle(struct sock_comm* sc);
 
-/* ---- socket_stream.c: frames, under c->lock, on the network thread ---- */
+/* ---- socket_stream.c: frames, under c->lock, on any thread ---- */
 
 /* Moves what it can on every stream of c without waiting. */
 void sock_stream_progress(struct sock_conn* c);

@@ -333,9 +333,10 @@ static int stream_park(struct sock_comm* sc, struct sock_stream* s) {
   pthread_mutex_lock(&sc->lock);
   if (atomic_load_explicit(&sc->exec_active, memory_order_relaxed)) {
     if (!s->disarmed) {
-      /* Edge-triggered and no events: hang-ups and errors, which epoll
-       * always reports, come once; the executor's recv sees them anyway. */
-      struct epoll_event ev = {.events = EPOLLET, .data.ptr = &s->ep};
+      /* Edge-triggered, only the peer's close (and hang-ups and errors,
+       * which epoll always reports): a sender's stream is probed for it
+       * above, a receiver's executor reads it anyway. */
+      struct epoll_event ev = {.events = EPOLLET | EPOLLRDHUP, .data.ptr = &s->ep};
       epoll_ctl(sc->ep_fd, EPOLL_CTL_MOD, s->fd, &ev);
       s->disarmed = 1;
       s->next_disarmed = sc->disarmed;
@@ -380,22 +381,19 @@ static void streams_unpark(struct sock_comm* sc, struct sock_conn* c) {
 static void stream_event(struct sock_comm* sc, struct sock_stream* s, uint32_t events,
                          struct sock_conn** batch) {
   struct sock_conn* c = s->conn;
-  if (atomic_load_explicit(&c->up, memory_order_acquire)) {
-    /* Every stream is up, and states change only under c->lock now (the
-     * executor moves bytes too): progress looks at them there. */
-    if (stream_park(sc, s)) return;
-    if (c->base.is_send && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
-      send_stream_probe(c, s);
-    batch_add(batch, c);
-    return;
-  }
-  if (s->state == ST_CONNECTING) {
+  /* Once every stream is up, states change only under c->lock (the executor
+   * moves bytes too): progress looks at them there. */
+  int up = atomic_load_explicit(&c->up, memory_order_acquire);
+  if (!up && s->state == ST_CONNECTING) {
     connect_finish(sc, c, s, batch);
     return;
   }
-  if (s->state != ST_UP) return;
+  if (!up && s->state != ST_UP) return;
+  /* The executor only writes a sender's stream: the peer's close is seen
+   * here, also while the executor polls. */
   if (c->base.is_send && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
     send_stream_probe(c, s);
+  if (up && stream_park(sc, s)) return;
   batch_add(batch, c);
 }
 

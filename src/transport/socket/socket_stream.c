@@ -1,5 +1,6 @@
-/* socket_stream.c - frames on the streams of one connection, moved by the
- * network thread under the connection's lock, never waiting: each stream
+/* socket_stream.c - frames on the streams of one connection, moved under
+ * the connection's lock (by the executor or the network thread), never
+ * waiting: each stream
  * goes as far as the socket lets it (EAGAIN) or as far as what is posted.
  *
  * Sender: frame k of message m goes on stream (first(m) + k) % nstreams,
