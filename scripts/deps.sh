@@ -10,11 +10,20 @@ set -euo pipefail
 LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables
                python3 gnuplot-nox)
 
-loom_deps() {
-  local missing=()
-  for p in "${LOOM_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+# deps_missing PKG...: prints the ones not installed, space-separated.
+deps_missing() {
+  local p out=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || out+=("$p")
   done
+  echo "${out[*]}"
+}
+
+# deps_install PKG...: installs the missing ones as root; otherwise names them
+# and fails.
+deps_install() {
+  local missing=()
+  read -ra missing <<<"$(deps_missing "$@")"
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "loom: missing packages: ${missing[*]}" >&2
@@ -26,5 +35,7 @@ loom_deps() {
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
+
+loom_deps() { deps_install "${LOOM_PACKAGES[@]}"; }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then loom_deps; fi
