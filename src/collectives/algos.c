@@ -62,7 +62,7 @@ unsigned algo_available(enum coll_kind kind) {
 }
 
 loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
-  struct loomComm* comm = t->comm;
+  struct loom_comm* comm = t->comm;
   int n = comm->nranks;
   size_t es = dtype_size(t->dtype);
   struct coll_args a = {0};

@@ -31,8 +31,8 @@ enum coll_kind {
 /* One call of the API, with its arguments checked. */
 struct coll_task {
   enum coll_kind kind;
-  struct loomComm* comm;
-  loomStream_t stream;
+  struct loom_comm* comm;
+  struct loom_stream* stream; /* NULL: run now */
   const void* sendbuff;
   void* recvbuff;
   size_t count;
@@ -48,6 +48,7 @@ struct coll_task {
 
 struct premul_op {
   int in_use;
+  uint32_t gen; /* in the op's value, so a destroyed op's value is stale */
   loomDataType_t dtype;
   loomScalarResidence_t residence;
   const void* ptr;
@@ -68,6 +69,8 @@ struct coll_comm {
   pthread_mutex_t exec_lock; /* one operation at a time on a communicator */
   pthread_mutex_t ops_lock;
   struct premul_op ops[COLL_MAX_PREMUL];
+  pthread_mutex_t reg_lock;
+  struct reg_handle* regs; /* live registrations (reg.c) */
   _Atomic int queued; /* work queued on streams and not yet finished */
   void* scratch;      /* plans' PB_SCRATCH, grown as needed; under exec_lock */
   size_t scratch_bytes;
@@ -86,15 +89,21 @@ struct coll_comm {
 };
 
 /* comm_api.c */
-loomResult_t coll_comm_init(struct loomComm* comm);
-void coll_comm_fini(struct loomComm* comm);
-/* Checks that comm is live and usable (initialised, not broken). Waits for
- * a non-blocking init to finish. */
-loomResult_t coll_comm_ready(struct loomComm* comm);
+loomResult_t coll_comm_init(struct loom_comm* comm);
+void coll_comm_fini(struct loom_comm* comm);
+/* Waits for a non-blocking init of comm to end (it has its own deadline);
+ * then loomSuccess when comm is initialised, whether or not it broke since,
+ * else the error that ended its init. */
+loomResult_t coll_comm_settled(struct loom_comm* comm);
+/* coll_comm_settled, then: comm is usable (not aborted, not broken). */
+loomResult_t coll_comm_ready(struct loom_comm* comm);
+
+/* reg.c: ends every registration of comm (at teardown). */
+void reg_comm_fini(struct loom_comm* comm);
 
 /* redop.c: resolves a user op for a task: the built-in op used to reduce,
  * and the PreMulSum scalar if any. */
-loomResult_t redop_resolve(struct loomComm* comm, loomRedOp_t op, loomDataType_t dtype,
+loomResult_t redop_resolve(struct loom_comm* comm, loomRedOp_t op, loomDataType_t dtype,
                            struct coll_task* t);
 static inline int redop_is_premul(loomRedOp_t op) { return (int)op >= (int)loomNumOps; }
 

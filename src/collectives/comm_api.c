@@ -10,13 +10,14 @@
 
 #include "../core/bootstrap.h"
 #include "../core/checks.h"
+#include "../core/handle.h"
 #include "../core/params.h"
 #include "../transport/transport.h"
 #include "coll.h"
 
 /* Which host each rank is on (numbered in order of first appearance), and
  * the shape the tuner needs: the same on every rank, from the peer table. */
-static loomResult_t shape_init(struct loomComm* comm, struct coll_comm* cc) {
+static loomResult_t shape_init(struct loom_comm* comm, struct coll_comm* cc) {
   int n = comm->nranks;
   cc->host_of = malloc((size_t)n * sizeof(int));
   int* per_host = calloc((size_t)n, sizeof(int));
@@ -49,18 +50,20 @@ static loomResult_t shape_init(struct loomComm* comm, struct coll_comm* cc) {
   cc->tune.even = even;
   cc->tune.ring_cross = ring_cross;
   if (comm->rank == 0 && nhosts > 1)
-    LOOM_INFO(SUB_INIT, "%d ranks on %d hosts, %d on the fullest%s; the ring leaves a host %d times",
-              n, nhosts, local, even ? " (all alike)" : "", ring_cross);
+    LOOM_INFO(SUB_INIT,
+              "%d ranks on %d hosts, %d on the fullest%s; the ring leaves a host %d times", n,
+              nhosts, local, even ? " (all alike)" : "", ring_cross);
   free(per_host);
   free(cross);
   return loomSuccess;
 }
 
-loomResult_t coll_comm_init(struct loomComm* comm) {
+loomResult_t coll_comm_init(struct loom_comm* comm) {
   struct coll_comm* cc = calloc(1, sizeof(*cc));
   if (!cc) return err_set(comm, loomSystemError, "out of memory");
   pthread_mutex_init(&cc->exec_lock, NULL);
   pthread_mutex_init(&cc->ops_lock, NULL);
+  pthread_mutex_init(&cc->reg_lock, NULL);
   atomic_init(&cc->queued, 0);
   comm->coll = cc;
   /* One set of constants for the whole communicator: rank 0's. */
@@ -77,11 +80,13 @@ loomResult_t coll_comm_init(struct loomComm* comm) {
   return shape_init(comm, cc);
 }
 
-void coll_comm_fini(struct loomComm* comm) {
+void coll_comm_fini(struct loom_comm* comm) {
   struct coll_comm* cc = comm->coll;
   if (!cc) return;
+  reg_comm_fini(comm);
   pthread_mutex_destroy(&cc->exec_lock);
   pthread_mutex_destroy(&cc->ops_lock);
+  pthread_mutex_destroy(&cc->reg_lock);
   free(cc->scratch);
   free(cc->host_of);
   for (int i = 0; i < PLAN_CACHE; i++)
@@ -90,7 +95,7 @@ void coll_comm_fini(struct loomComm* comm) {
   comm->coll = NULL;
 }
 
-static void self_info(const struct loomComm* comm, struct peer_info* self) {
+static void self_info(const struct loom_comm* comm, struct peer_info* self) {
   memset(self, 0, sizeof(*self));
   self->rank = comm->rank;
   self->pid = (int32_t)getpid();
@@ -105,7 +110,7 @@ static void self_info(const struct loomComm* comm, struct peer_info* self) {
 }
 
 /* Brings every layer up, in order. On failure the caller tears down. */
-static loomResult_t init_body(struct loomComm* comm, const struct boot_id* id) {
+static loomResult_t init_body(struct loom_comm* comm, const struct boot_id* id) {
   struct peer_info self;
   self_info(comm, &self);
   LOOM_CHECK(boot_init(comm, id, &self));
@@ -123,7 +128,7 @@ static loomResult_t init_body(struct loomComm* comm, const struct boot_id* id) {
 }
 
 /* Tears down whatever init_body brought up; never blocks on peers. */
-static void comm_teardown(struct loomComm* comm, int clean) {
+static void comm_teardown(struct loom_comm* comm, int clean) {
   boot_fini(comm, clean);
   tp_comm_fini(comm);
   coll_comm_fini(comm);
@@ -131,7 +136,7 @@ static void comm_teardown(struct loomComm* comm, int clean) {
 }
 
 struct init_job {
-  struct loomComm* comm;
+  struct loom_comm* comm;
   struct boot_id id;
 };
 
@@ -162,10 +167,11 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
     return err_set(NULL, loomInvalidArgument, "invalid argument: rank %d is out of range [0, %d)",
                    rank, nranks);
   if (id->magic != BOOT_ID_MAGIC || id->version != BOOT_WIRE_VERSION)
-    return err_set(NULL, loomInvalidArgument,
-                   "invalid argument: the unique id was not made by loomGetUniqueId of this version");
+    return err_set(
+        NULL, loomInvalidArgument,
+        "invalid argument: the unique id was not made by loomGetUniqueId of this version");
   LOOM_CHECK(check_config(config));
-  struct loomComm* comm;
+  struct loom_comm* comm;
   LOOM_CHECK(comm_alloc(nranks, rank, config, &comm));
   if (comm->blocking) {
     loomResult_t r = init_body(comm, id);
@@ -173,7 +179,7 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
       comm_teardown(comm, 0);
       return r;
     }
-    *out = comm;
+    *out = comm_handle(comm);
     return loomSuccess;
   }
   struct init_job* job = malloc(sizeof(*job));
@@ -190,7 +196,7 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
     return err_set(NULL, loomSystemError, "cannot start the init thread: %s", strerror(rc));
   }
   comm->init_thread_live = 1;
-  *out = comm;
+  *out = comm_handle(comm);
   return loomInProgress;
 }
 
@@ -210,17 +216,22 @@ loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
   return boot_id_create((struct boot_id*)uniqueId->internal);
 }
 
-loomResult_t coll_comm_ready(struct loomComm* comm) {
-  LOOM_CHECK(comm_check(comm));
+loomResult_t coll_comm_settled(struct loom_comm* comm) {
   /* A non-blocking init still running: wait for it (it has its own
    * deadline). */
   while (atomic_load(&comm->async_error) == loomInProgress) usleep(1000);
+  if (comm->coll) return loomSuccess;
+  return comm_health(comm);
+}
+
+loomResult_t coll_comm_ready(struct loom_comm* comm) {
+  LOOM_CHECK(coll_comm_settled(comm));
   if (atomic_load(&comm->aborted))
     return err_set(comm, loomInvalidUsage, "the communicator was aborted");
   return comm_health(comm);
 }
 
-static void join_init_thread(struct loomComm* comm) {
+static void join_init_thread(struct loom_comm* comm) {
   if (comm->init_thread_live) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
@@ -229,19 +240,21 @@ static void join_init_thread(struct loomComm* comm) {
 
 /* A bootstrap exchange that timed out or lost a peer leaves the
  * communicator in error, like any other wait. */
-static loomResult_t boot_broke(struct loomComm* comm, loomResult_t r) {
-  if (r == loomTimeout || r == loomRemoteError) comm_set_failed(comm, -1, r, "%s", err_thread_last());
+static loomResult_t boot_broke(struct loom_comm* comm, loomResult_t r) {
+  if (r == loomTimeout || r == loomRemoteError)
+    comm_set_failed(comm, -1, r, "%s", err_thread_last());
   return r;
 }
 
 /* Work queued on streams must finish before the communicator goes. */
-static void wait_queued(struct loomComm* comm) {
+static void wait_queued(struct loom_comm* comm) {
   if (!comm->coll) return;
   while (atomic_load(&comm->coll->queued) > 0) usleep(1000);
 }
 
-loomResult_t loomCommFinalize(loomComm_t comm) {
-  LOOM_CHECK(comm_check(comm));
+loomResult_t loomCommFinalize(loomComm_t handle) {
+  struct loom_comm* comm = NULL;
+  LOOM_CHECK(comm_get(handle, "loomCommFinalize", &comm));
   join_init_thread(comm);
   LOOM_CHECK(comm_health(comm));
   wait_queued(comm);
@@ -253,20 +266,22 @@ loomResult_t loomCommFinalize(loomComm_t comm) {
   return r;
 }
 
-loomResult_t loomCommDestroy(loomComm_t comm) {
-  LOOM_CHECK(comm_check(comm));
+loomResult_t loomCommDestroy(loomComm_t handle) {
+  struct loom_comm* comm = NULL;
+  LOOM_CHECK(comm_end(handle, "loomCommDestroy", &comm));
   join_init_thread(comm);
   wait_queued(comm);
   comm_teardown(comm, 1);
   return loomSuccess;
 }
 
-loomResult_t loomCommAbort(loomComm_t comm) {
-  LOOM_CHECK(comm_check(comm));
+loomResult_t loomCommAbort(loomComm_t handle) {
+  struct loom_comm* comm = NULL;
+  LOOM_CHECK(comm_end(handle, "loomCommAbort", &comm));
   atomic_store(&comm->aborted, 1);
   comm_wake(comm);
-  join_init_thread(comm); /* its waits watch the abort flag */
-  wait_queued(comm);      /* queued work fails fast on the flag */
+  join_init_thread(comm);                                  /* its waits watch the abort flag */
+  wait_queued(comm);                                       /* queued work fails fast on the flag */
   while (atomic_load(&comm->boot_users) > 0) usleep(1000); /* they watch the flag too */
   if (comm->coll) {
     /* An operation running on another thread notices the flag at its next
@@ -278,29 +293,34 @@ loomResult_t loomCommAbort(loomComm_t comm) {
   return loomSuccess;
 }
 
-loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError) {
-  LOOM_CHECK(comm_check(comm));
-  if (!asyncError) return err_set(comm, loomInvalidArgument, "invalid argument: asyncError is NULL");
+loomResult_t loomCommGetAsyncError(loomComm_t handle, loomResult_t* asyncError) {
+  struct loom_comm* comm = NULL;
+  LOOM_CHECK(comm_get(handle, "loomCommGetAsyncError", &comm));
+  if (!asyncError)
+    return err_set(comm, loomInvalidArgument, "invalid argument: asyncError is NULL");
   *asyncError = (loomResult_t)atomic_load(&comm->async_error);
   return loomSuccess;
 }
 
-loomResult_t loomCommCount(const loomComm_t comm, int* count) {
-  LOOM_CHECK(comm_check(comm));
+loomResult_t loomCommCount(const loomComm_t handle, int* count) {
+  struct loom_comm* comm = NULL;
+  LOOM_CHECK(comm_get(handle, "loomCommCount", &comm));
   if (!count) return err_set(comm, loomInvalidArgument, "invalid argument: count is NULL");
   *count = comm->nranks;
   return loomSuccess;
 }
 
-loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
-  LOOM_CHECK(comm_check(comm));
+loomResult_t loomCommUserRank(const loomComm_t handle, int* rank) {
+  struct loom_comm* comm = NULL;
+  LOOM_CHECK(comm_get(handle, "loomCommUserRank", &comm));
   if (!rank) return err_set(comm, loomInvalidArgument, "invalid argument: rank is NULL");
   *rank = comm->rank;
   return loomSuccess;
 }
 
-loomResult_t loomCommCuDevice(const loomComm_t comm, int* device) {
-  LOOM_CHECK(comm_check(comm));
+loomResult_t loomCommCuDevice(const loomComm_t handle, int* device) {
+  struct loom_comm* comm = NULL;
+  LOOM_CHECK(comm_get(handle, "loomCommCuDevice", &comm));
   if (!device) return err_set(comm, loomInvalidArgument, "invalid argument: device is NULL");
   *device = -1; /* host ranks */
   return loomSuccess;
@@ -312,8 +332,10 @@ struct split_key {
   int32_t color, key;
 };
 
-loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* newcomm,
                            loomConfig_t* config) {
+  struct loom_comm* comm = NULL;
+  LOOM_CHECK(comm_get(handle, "loomCommSplit", &comm));
   LOOM_CHECK(coll_comm_ready(comm));
   if (!newcomm) return err_set(comm, loomInvalidArgument, "invalid argument: newcomm is NULL");
   if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
@@ -465,8 +487,8 @@ loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
   }
   int started = 0;
   for (int i = 0; i < ndev; i++) {
-    jobs[i] = (struct all_job){&comms[i], (const struct boot_id*)uid.internal, ndev, i,
-                               loomSuccess, ""};
+    jobs[i] =
+        (struct all_job){&comms[i], (const struct boot_id*)uid.internal, ndev, i, loomSuccess, ""};
     comms[i] = NULL;
     if (pthread_create(&th[i], NULL, all_thread, &jobs[i]) != 0) break;
     started++;
@@ -503,22 +525,33 @@ loomResult_t loomGetVersion(int* version) {
 
 const char* loomGetErrorString(loomResult_t result) {
   switch (result) {
-    case loomSuccess: return "no error";
-    case loomUnhandledCudaError: return "unhandled cuda error";
-    case loomSystemError: return "unhandled system error";
-    case loomInternalError: return "internal error";
-    case loomInvalidArgument: return "invalid argument";
-    case loomInvalidUsage: return "invalid usage";
-    case loomRemoteError: return "remote process exited or there was a network error";
-    case loomInProgress: return "operation in progress";
-    case loomTimeout: return "operation timed out";
-    default: return "unknown result code";
+    case loomSuccess:
+      return "no error";
+    case loomUnhandledCudaError:
+      return "unhandled cuda error";
+    case loomSystemError:
+      return "unhandled system error";
+    case loomInternalError:
+      return "internal error";
+    case loomInvalidArgument:
+      return "invalid argument";
+    case loomInvalidUsage:
+      return "invalid usage";
+    case loomRemoteError:
+      return "remote process exited or there was a network error";
+    case loomInProgress:
+      return "operation in progress";
+    case loomTimeout:
+      return "operation timed out";
+    default:
+      return "unknown result code";
   }
 }
 
-const char* loomGetLastError(loomComm_t comm) {
+const char* loomGetLastError(loomComm_t handle) {
   static __thread char copy[LOOM_ERR_LEN];
-  if (!comm || comm->magic != LOOM_COMM_MAGIC) return err_thread_last();
+  struct loom_comm* comm = handle_get((uint64_t)(uintptr_t)handle, HANDLE_COMM);
+  if (!comm) return err_thread_last();
   pthread_mutex_lock(&comm->err_lock);
   snprintf(copy, sizeof(copy), "%s", comm->last_error);
   pthread_mutex_unlock(&comm->err_lock);

@@ -24,7 +24,7 @@
 #include "coll.h"
 
 struct exec {
-  struct loomComm* comm;
+  struct loom_comm* comm;
   const struct plan* plan; /* own, or the communicator's plan cache */
   struct plan own;
   void** bufs;
@@ -49,7 +49,7 @@ struct exec {
  * communicator progress side by side, over separate connections, so a
  * receive posted after a collective in a group can still meet its send. */
 struct comm_run {
-  struct loomComm* comm;
+  struct loom_comm* comm;
   int lane;
   struct coll_task* tasks; /* this comm's tasks, in call order */
   int ntasks;
@@ -100,7 +100,7 @@ static loomResult_t exec_scratch(struct exec* e) {
 static loomResult_t exec_prepare(struct comm_run* run) {
   struct exec* e = &run->ex;
   struct coll_task* t = &run->tasks[run->next];
-  struct loomComm* comm = run->comm;
+  struct loom_comm* comm = run->comm;
   exec_reset(e);
   e->comm = comm;
   e->step = 0;
@@ -296,7 +296,7 @@ static void exec_describe_wait(const struct exec* e, char* buf, size_t len) {
 
 /* Checks what can end a wait: abort, a failed peer, the deadline. */
 static loomResult_t run_check(struct comm_run* run) {
-  struct loomComm* comm = run->comm;
+  struct loom_comm* comm = run->comm;
   if (atomic_load(&comm->aborted))
     return err_set(comm, loomRemoteError, "%s interrupted: the communicator was aborted",
                    run->ex.what);
@@ -331,7 +331,7 @@ static loomResult_t run_progress(struct comm_run* run, int* moved) {
 /* A transport sees only that a peer's connection closed; the bootstrap
  * learns (within milliseconds) which rank failed first and why. Give it a
  * moment, so the error names the cause rather than a survivor that left. */
-static loomResult_t root_cause(struct loomComm* comm, loomResult_t r) {
+static loomResult_t root_cause(struct loom_comm* comm, loomResult_t r) {
   if (r != loomRemoteError) return r;
   struct deadline grace = deadline_in_ms(1500); /* a loaded machine may delay the watcher */
   while (!deadline_passed(&grace)) {

@@ -68,9 +68,12 @@ static loomResult_t launch_wait(void* arg) {
   return loomSuccess;
 }
 
-static void launch_free(void* arg) { launch_unref(arg); }
+static void launch_free(void* arg) {
+  launch_unref(arg);
+}
 
-static loomResult_t launch_on_streams(struct coll_task* tasks, int ntasks, loomStream_t first) {
+static loomResult_t launch_on_streams(struct coll_task* tasks, int ntasks,
+                                      struct loom_stream* first) {
   struct launch* l = calloc(1, sizeof(*l));
   if (!l) {
     tasks_release(tasks, ntasks);
@@ -83,7 +86,7 @@ static loomResult_t launch_on_streams(struct coll_task* tasks, int ntasks, loomS
   /* Every stream involved: the first runs the launch, the others wait for
    * it. All references are taken before anything is queued, since a worker
    * may run and release its share at once. */
-  loomStream_t* streams = malloc((size_t)ntasks * sizeof(*streams));
+  struct loom_stream** streams = malloc((size_t)ntasks * sizeof(*streams));
   if (!streams) {
     launch_unref_init(l);
     return err_set(NULL, loomSystemError, "out of memory");
@@ -91,7 +94,7 @@ static loomResult_t launch_on_streams(struct coll_task* tasks, int ntasks, loomS
   int nstreams = 0;
   streams[nstreams++] = first;
   for (int i = 0; i < ntasks; i++) {
-    loomStream_t s = tasks[i].stream;
+    struct loom_stream* s = tasks[i].stream;
     int seen = !s;
     for (int j = 0; j < nstreams && !seen; j++) seen = streams[j] == s;
     if (!seen) streams[nstreams++] = s;
@@ -116,7 +119,7 @@ static loomResult_t launch_on_streams(struct coll_task* tasks, int ntasks, loomS
 
 /* Takes ownership of tasks (malloc'd). */
 static loomResult_t launch(struct coll_task* tasks, int ntasks) {
-  loomStream_t first = NULL;
+  struct loom_stream* first = NULL;
   for (int i = 0; i < ntasks && !first; i++) first = tasks[i].stream;
   if (first) return launch_on_streams(tasks, ntasks, first);
   loomResult_t r = exec_tasks(tasks, ntasks);

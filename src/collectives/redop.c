@@ -1,5 +1,11 @@
 /* redop.c - reduction operators: the five built-ins and PreMulSum ops, which
- * live in a per-communicator table (op value = loomNumOps + index). */
+ * live in a per-communicator table.
+ *
+ * A PreMulSum op's value is loomNumOps + index + COLL_MAX_PREMUL x gen, where
+ * gen comes from a process-wide counter at creation: a destroyed op, or one
+ * made on another communicator, does not name a live op of this one even
+ * when its slot was reused (until the counter wraps, after 8 million ops). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,19 +13,34 @@
 #include "../kernels/cpu/cpu_kernels.h"
 #include "coll.h"
 
-loomResult_t redop_resolve(struct loomComm* comm, loomRedOp_t op, loomDataType_t dtype,
+/* Keeps the largest value below 2^31 (loomRedOp_t is an int enum). */
+#define PREMUL_GENS (((uint32_t)INT32_MAX - (uint32_t)loomNumOps) / COLL_MAX_PREMUL)
+
+static _Atomic uint32_t premul_gen_next;
+
+/* The slot an op value names, if it names a live op of cc; else -1. Under
+ * ops_lock. */
+static int premul_slot(const struct coll_comm* cc, loomRedOp_t op) {
+  if ((int)op < (int)loomNumOps) return -1;
+  uint32_t v = (uint32_t)op - (uint32_t)loomNumOps;
+  uint32_t idx = v % COLL_MAX_PREMUL, gen = v / COLL_MAX_PREMUL;
+  return cc->ops[idx].in_use && cc->ops[idx].gen == gen ? (int)idx : -1;
+}
+
+loomResult_t redop_resolve(struct loom_comm* comm, loomRedOp_t op, loomDataType_t dtype,
                            struct coll_task* t) {
   t->op = op;
   if ((int)op >= 0 && (int)op < (int)loomNumOps) return loomSuccess;
-  int idx = (int)op - (int)loomNumOps;
   struct coll_comm* cc = comm->coll;
   loomResult_t res = loomSuccess;
   pthread_mutex_lock(&cc->ops_lock);
-  if ((int)op < 0 || idx >= COLL_MAX_PREMUL || !cc->ops[idx].in_use) {
-    res = err_set(comm, loomInvalidArgument,
-                  "invalid argument: reduction op %d is neither built in nor a live PreMulSum op of "
-                  "this communicator",
-                  (int)op);
+  int idx = premul_slot(cc, op);
+  if (idx < 0) {
+    res =
+        err_set(comm, loomInvalidArgument,
+                "invalid argument: reduction op %d is neither built in nor a live PreMulSum op of "
+                "this communicator (destroyed, or made on another one)",
+                (int)op);
   } else if (cc->ops[idx].dtype != dtype) {
     res = err_set(comm, loomInvalidArgument,
                   "invalid argument: PreMulSum op %d was made for %s, the call passes %s", (int)op,
@@ -35,51 +56,61 @@ loomResult_t redop_resolve(struct loomComm* comm, loomRedOp_t op, loomDataType_t
 
 loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataType_t datatype,
                                       loomScalarResidence_t residence, loomComm_t comm) {
-  LOOM_CHECK(comm_check(comm));
-  if (!op) return err_set(comm, loomInvalidArgument, "invalid argument: op pointer is NULL");
-  if (!scalar) return err_set(comm, loomInvalidArgument, "invalid argument: scalar is NULL");
+  static const char fn[] = "loomRedOpCreatePreMulSum";
+  struct loom_comm* c = NULL;
+  LOOM_CHECK(comm_get(comm, fn, &c));
+  if (!op) return err_set(c, loomInvalidArgument, "invalid argument: %s: op pointer is NULL", fn);
+  if (!scalar) return err_set(c, loomInvalidArgument, "invalid argument: %s: scalar is NULL", fn);
   if ((unsigned)datatype >= (unsigned)loomNumTypes)
-    return err_set(comm, loomInvalidArgument, "invalid argument: unknown datatype %d", (int)datatype);
+    return err_set(c, loomInvalidArgument, "invalid argument: %s: unknown datatype %d", fn,
+                   (int)datatype);
   if (residence != loomScalarDevice && residence != loomScalarHostImmediate)
-    return err_set(comm, loomInvalidArgument, "invalid argument: unknown scalar residence %d",
+    return err_set(c, loomInvalidArgument, "invalid argument: %s: unknown scalar residence %d", fn,
                    (int)residence);
-  LOOM_CHECK(coll_comm_ready(comm));
-  struct coll_comm* cc = comm->coll;
+  LOOM_CHECK(coll_comm_ready(c));
+  struct coll_comm* cc = c->coll;
   pthread_mutex_lock(&cc->ops_lock);
   int idx = 0;
   while (idx < COLL_MAX_PREMUL && cc->ops[idx].in_use) idx++;
   if (idx == COLL_MAX_PREMUL) {
     pthread_mutex_unlock(&cc->ops_lock);
-    return err_set(comm, loomInvalidUsage, "too many live PreMulSum ops (at most %d): destroy some",
+    return err_set(c, loomInvalidUsage,
+                   "%s: too many live PreMulSum ops (at most %d): destroy some", fn,
                    COLL_MAX_PREMUL);
   }
   struct premul_op* p = &cc->ops[idx];
   memset(p, 0, sizeof(*p));
   p->in_use = 1;
+  p->gen = atomic_fetch_add(&premul_gen_next, 1) % PREMUL_GENS;
   p->dtype = datatype;
   p->residence = residence;
   p->ptr = scalar;
   /* Host ranks have no device memory: a "device" scalar is a host pointer
    * read when the operation runs, as NCCL reads device scalars. */
   if (residence == loomScalarHostImmediate) memcpy(p->value, scalar, dtype_size(datatype));
+  *op = (loomRedOp_t)((uint32_t)loomNumOps + (uint32_t)idx + COLL_MAX_PREMUL * p->gen);
   pthread_mutex_unlock(&cc->ops_lock);
-  *op = (loomRedOp_t)((int)loomNumOps + idx);
   return loomSuccess;
 }
 
 loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm) {
-  LOOM_CHECK(comm_check(comm));
-  int idx = (int)op - (int)loomNumOps;
-  if ((int)op < (int)loomNumOps || idx >= COLL_MAX_PREMUL)
-    return err_set(comm, loomInvalidArgument,
-                   "invalid argument: op %d is not a PreMulSum op (built-in ops cannot be destroyed)",
+  static const char fn[] = "loomRedOpDestroy";
+  struct loom_comm* c = NULL;
+  LOOM_CHECK(comm_get(comm, fn, &c));
+  if ((int)op >= 0 && (int)op < (int)loomNumOps)
+    return err_set(c, loomInvalidArgument,
+                   "invalid argument: %s: op %d is built in (only PreMulSum ops are destroyed)", fn,
                    (int)op);
-  LOOM_CHECK(coll_comm_ready(comm));
-  struct coll_comm* cc = comm->coll;
+  LOOM_CHECK(coll_comm_settled(c));
+  struct coll_comm* cc = c->coll;
   loomResult_t res = loomSuccess;
   pthread_mutex_lock(&cc->ops_lock);
-  if (!cc->ops[idx].in_use)
-    res = err_set(comm, loomInvalidArgument, "invalid argument: PreMulSum op %d is not live", (int)op);
+  int idx = premul_slot(cc, op);
+  if (idx < 0)
+    res = err_set(c, loomInvalidArgument,
+                  "invalid argument: %s: op %d is not a live PreMulSum op of this communicator "
+                  "(destroyed already, or made on another one)",
+                  fn, (int)op);
   else
     cc->ops[idx].in_use = 0;
   pthread_mutex_unlock(&cc->ops_lock);

@@ -35,7 +35,7 @@ static struct boot_mail* mail_take_locked(struct bootstrap* b, uint32_t tag, int
 }
 
 /* Why a wait must stop, or loomSuccess to go on waiting. */
-static loomResult_t wait_verdict(struct loomComm* comm, const struct deadline* dl) {
+static loomResult_t wait_verdict(struct loom_comm* comm, const struct deadline* dl) {
   if (atomic_load(&comm->aborted)) return loomInvalidUsage;
   int err = atomic_load(&comm->async_error);
   if (err != loomSuccess && err != loomInProgress) return (loomResult_t)err;
@@ -57,7 +57,7 @@ static void cond_wait_slice(struct bootstrap* b, const struct deadline* dl) {
  * logged where it was detected; here it is only propagated. */
 static loomResult_t wait_error(struct bootstrap* b, loomResult_t verdict, const char* what,
                                int from, uint64_t start_ns) {
-  struct loomComm* comm = b->comm;
+  struct loom_comm* comm = b->comm;
   if (verdict == loomInvalidUsage)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
                        "bootstrap: communicator aborted while waiting for %s from rank %d", what,
@@ -93,7 +93,7 @@ static loomResult_t mail_wait(struct bootstrap* b, uint32_t tag, int from, const
 /* A send failed; when the communicator already knows why (the peer died),
  * that cause wins over the socket's errno. */
 static loomResult_t send_error(struct bootstrap* b, int err, const char* what, int peer) {
-  struct loomComm* comm = b->comm;
+  struct loom_comm* comm = b->comm;
   /* A peer that went away may have told us why just before: give the
    * watcher a moment to read that notice, so the error names the rank that
    * failed rather than the messenger. */
@@ -125,7 +125,7 @@ static loomResult_t size_error(struct bootstrap* b, const char* what, int from, 
 
 static loomResult_t gather_root(struct bootstrap* b, uint32_t tag, const void* in, size_t len,
                                 void* out, const struct deadline* dl) {
-  struct loomComm* comm = b->comm;
+  struct loom_comm* comm = b->comm;
   size_t total = len * (size_t)comm->nranks;
   char what[48];
   snprintf(what, sizeof(what), "all-gather #%u data", tag);
@@ -152,7 +152,7 @@ static loomResult_t gather_root(struct bootstrap* b, uint32_t tag, const void* i
 
 static loomResult_t gather_leaf(struct bootstrap* b, uint32_t tag, const void* in, size_t len,
                                 void* out, const struct deadline* dl) {
-  struct loomComm* comm = b->comm;
+  struct loom_comm* comm = b->comm;
   size_t total = len * (size_t)comm->nranks;
   char what[48];
   snprintf(what, sizeof(what), "all-gather #%u data", tag);
@@ -173,7 +173,7 @@ static loomResult_t gather_leaf(struct bootstrap* b, uint32_t tag, const void* i
   return loomSuccess;
 }
 
-loomResult_t boot_allgather(struct loomComm* comm, const void* in, size_t len, void* out,
+loomResult_t boot_allgather(struct loom_comm* comm, const void* in, size_t len, void* out,
                             const struct deadline* dl) {
   struct bootstrap* b = comm->boot;
   if (b == NULL)
@@ -196,7 +196,7 @@ loomResult_t boot_allgather(struct loomComm* comm, const void* in, size_t len, v
   return gather_leaf(b, tag, in, len, out, dl);
 }
 
-loomResult_t boot_barrier(struct loomComm* comm, const struct deadline* dl) {
+loomResult_t boot_barrier(struct loom_comm* comm, const struct deadline* dl) {
   uint8_t one = 1;
   uint8_t* all = malloc((size_t)comm->nranks);
   if (all == NULL)

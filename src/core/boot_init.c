@@ -182,7 +182,7 @@ static loomResult_t accept_new(struct accept_ctx* c) {
 }
 
 static loomResult_t accept_timeout(struct accept_ctx* c, char* why, size_t why_len) {
-  struct loomComm* comm = c->b->comm;
+  struct loom_comm* comm = c->b->comm;
   char missing[96] = "";
   size_t used = 0;
   for (int r = 1; r < comm->nranks && used < sizeof(missing) - 16; r++) {
@@ -200,7 +200,7 @@ static loomResult_t accept_timeout(struct accept_ctx* c, char* why, size_t why_l
  * wrong, for the ranks already in. */
 static loomResult_t accept_loop(struct accept_ctx* c, const struct deadline* dl, char* why,
                                 size_t why_len) {
-  struct loomComm* comm = c->b->comm;
+  struct loom_comm* comm = c->b->comm;
   while (c->joined < comm->nranks - 1) {
     if (atomic_load(&comm->aborted)) {
       snprintf(why, why_len, "rank 0 was aborted during the rendezvous");
@@ -248,7 +248,7 @@ static void accept_fail_notify(struct accept_ctx* c, loomResult_t code, const ch
  * reached is reported as failed, like any rank that dies later. */
 static loomResult_t table_send(struct bootstrap* b, const struct peer_info* peers,
                                uint64_t comm_hash, const struct deadline* dl) {
-  struct loomComm* comm = b->comm;
+  struct loom_comm* comm = b->comm;
   size_t len = sizeof(comm_hash) + (size_t)comm->nranks * sizeof(*peers);
   uint8_t* buf = malloc(len);
   if (buf == NULL)
@@ -348,7 +348,7 @@ static loomResult_t join_refused(struct bootstrap* b, uint32_t len, const struct
 
 static loomResult_t join_wait_table(struct bootstrap* b, struct peer_info* peers,
                                     uint64_t* hash_out, const struct deadline* dl) {
-  struct loomComm* comm = b->comm;
+  struct loom_comm* comm = b->comm;
   struct boot_hdr h;
   char why[160];
   size_t table_len = sizeof(*hash_out) + (size_t)comm->nranks * sizeof(*peers);
@@ -372,7 +372,7 @@ static loomResult_t join_wait_table(struct bootstrap* b, struct peer_info* peers
 static loomResult_t join_rendezvous(struct bootstrap* b, const struct peer_info* self,
                                     struct peer_info* peers, uint64_t* hash_out,
                                     const struct deadline* dl) {
-  struct loomComm* comm = b->comm;
+  struct loom_comm* comm = b->comm;
   struct boot_link* l = &b->links[0];
   char text[SOCK_ADDR_STRLEN], what[128];
   sock_addr_str(&b->root_addr, text, sizeof(text));
@@ -394,7 +394,7 @@ static loomResult_t join_rendezvous(struct bootstrap* b, const struct peer_info*
 
 /* ---- Entry ------------------------------------------------------------------ */
 
-static loomResult_t id_check(struct loomComm* comm, const struct boot_id* id) {
+static loomResult_t id_check(struct loom_comm* comm, const struct boot_id* id) {
   if (id->magic != BOOT_ID_MAGIC || id->version != BOOT_WIRE_VERSION ||
       (id->family != AF_INET && id->family != AF_INET6))
     return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
@@ -413,7 +413,7 @@ static loomResult_t id_check(struct loomComm* comm, const struct boot_id* id) {
   return loomSuccess;
 }
 
-loomResult_t boot_init(struct loomComm* comm, const struct boot_id* id,
+loomResult_t boot_init(struct loom_comm* comm, const struct boot_id* id,
                        const struct peer_info* self) {
   struct bootstrap* b = NULL;
   uint64_t hash = 0;

@@ -49,7 +49,7 @@ struct boot_mail {
 };
 
 struct bootstrap {
-  struct loomComm* comm;
+  struct loom_comm* comm;
   uint64_t secret;
   union sock_addr root_addr;
   int listen_fd; /* rank 0 until the table is out; else -1 */
@@ -81,7 +81,7 @@ int boot_link_send(struct boot_link* l, int from, uint16_t type, uint32_t tag, c
 /* Logs a failed sock_* transfer (what: "sending the hello to rank 0 at
  * ...") and returns its code: loomTimeout, loomInvalidUsage (aborted) or
  * loomRemoteError. */
-loomResult_t boot_wire_error(struct loomComm* comm, int err, const char* what);
+loomResult_t boot_wire_error(struct loom_comm* comm, int err, const char* what);
 /* Fills a header. */
 void boot_hdr_fill(struct boot_hdr* h, int from, uint16_t type, uint32_t tag, uint32_t len);
 const char* boot_type_name(unsigned type);
@@ -92,7 +92,7 @@ int boot_registry_take(uint64_t secret);
 
 /* boot_watch.c */
 /* Allocates the state both roles share; links get fd -1. */
-loomResult_t boot_state_alloc(struct loomComm* comm, int nlinks, struct bootstrap** out);
+loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstrap** out);
 /* Frees everything; stops the watcher first when it runs. */
 void boot_state_free(struct bootstrap* b, int clean);
 loomResult_t boot_watcher_start(struct bootstrap* b);

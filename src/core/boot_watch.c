@@ -20,7 +20,7 @@
 
 /* ---- State -------------------------------------------------------------------- */
 
-loomResult_t boot_state_alloc(struct loomComm* comm, int nlinks, struct bootstrap** out) {
+loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstrap** out) {
   struct bootstrap* b = calloc(1, sizeof(*b));
   struct boot_link* links = calloc((size_t)nlinks, sizeof(*links));
   if (b == NULL || links == NULL) {
@@ -119,7 +119,7 @@ void boot_state_free(struct bootstrap* b, int clean) {
   free(b);
 }
 
-void boot_fini(struct loomComm* comm, int clean) {
+void boot_fini(struct loom_comm* comm, int clean) {
   if (comm == NULL || comm->boot == NULL) return;
   boot_state_free(comm->boot, clean);
   comm->boot = NULL;
@@ -358,7 +358,7 @@ static void* watcher_main(void* arg) {
 }
 
 loomResult_t boot_watcher_start(struct bootstrap* b) {
-  struct loomComm* comm = b->comm;
+  struct loom_comm* comm = b->comm;
   b->watch_pfd = calloc((size_t)b->nlinks + 1, sizeof(*b->watch_pfd));
   b->watch_link = calloc((size_t)b->nlinks + 1, sizeof(*b->watch_link));
   if (b->watch_pfd == NULL || b->watch_link == NULL)

@@ -117,7 +117,7 @@ int boot_link_send(struct boot_link* l, int from, uint16_t type, uint32_t tag, c
   return err;
 }
 
-loomResult_t boot_wire_error(struct loomComm* comm, int err, const char* what) {
+loomResult_t boot_wire_error(struct loom_comm* comm, int err, const char* what) {
   switch (err) {
     case ETIMEDOUT:
       return err_set_sub(comm, SUB_BOOTSTRAP, loomTimeout, "bootstrap: timed out %s", what);
@@ -255,9 +255,9 @@ loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen
 
 /* ---- What other layers may read --------------------------------------------- */
 
-uint64_t boot_secret(const struct loomComm* comm) { return comm->boot->secret; }
+uint64_t boot_secret(const struct loom_comm* comm) { return comm->boot->secret; }
 
-int boot_route_addr(const struct loomComm* comm, union sock_addr* addr_out) {
+int boot_route_addr(const struct loom_comm* comm, union sock_addr* addr_out) {
   const struct bootstrap* b = comm->boot;
   for (int i = 0; b != NULL && i < b->nlinks; i++) {
     union sock_addr a;

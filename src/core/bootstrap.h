@@ -100,24 +100,24 @@ void boot_id_release(const struct boot_id* id);
  * comm->timeout_ms (loomTimeout) or when comm->aborted is set
  * (loomInvalidUsage); a refused rank gets loomInvalidUsage with the reason.
  * On failure it has released what it made (comm->boot stays NULL). */
-loomResult_t boot_init(struct loomComm* comm, const struct boot_id* id,
+loomResult_t boot_init(struct loom_comm* comm, const struct boot_id* id,
                        const struct peer_info* self);
 /* Every rank contributes len bytes; out receives nranks * len bytes in rank
  * order. Collective. Honours the deadline and failures. */
-loomResult_t boot_allgather(struct loomComm* comm, const void* in, size_t len, void* out,
+loomResult_t boot_allgather(struct loom_comm* comm, const void* in, size_t len, void* out,
                             const struct deadline* dl);
-loomResult_t boot_barrier(struct loomComm* comm, const struct deadline* dl);
+loomResult_t boot_barrier(struct loom_comm* comm, const struct deadline* dl);
 /* The communicator's secret: what every connection of it must present
  * (transports check it in their own handshakes). Pure. */
-uint64_t boot_secret(const struct loomComm* comm);
+uint64_t boot_secret(const struct loom_comm* comm);
 /* The local address of this rank's bootstrap connection to rank 0 (rank 0:
  * of its connection from the lowest rank), i.e. the interface on the route
  * to the root; the port means nothing. Returns 0, or -1 when there is no
  * such connection (one rank). Logs nothing; never blocks. */
 union sock_addr;
-int boot_route_addr(const struct loomComm* comm, union sock_addr* addr_out);
+int boot_route_addr(const struct loom_comm* comm, union sock_addr* addr_out);
 /* Says goodbye (clean == 1) or just closes (abort), stops the watcher and
  * frees. Never blocks on peers. */
-void boot_fini(struct loomComm* comm, int clean);
+void boot_fini(struct loom_comm* comm, int clean);
 
 #endif

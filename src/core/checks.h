@@ -43,13 +43,13 @@
     }                                                                     \
   } while (0)
 
-struct loomComm;
+struct loom_comm;
 /* Sets the last-error text of comm (when not NULL) and of the calling thread,
  * logs it once as a WARN line under the subsystem, and returns code. */
-loomResult_t err_set(struct loomComm* comm, loomResult_t code, const char* fmt, ...)
+loomResult_t err_set(struct loom_comm* comm, loomResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* As err_set but logs under the given subsystem. */
-loomResult_t err_set_sub(struct loomComm* comm, unsigned subsys, loomResult_t code, const char* fmt,
+loomResult_t err_set_sub(struct loom_comm* comm, unsigned subsys, loomResult_t code, const char* fmt,
                          ...) __attribute__((format(printf, 4, 5)));
 /* The calling thread's last-error text. */
 const char* err_thread_last(void);

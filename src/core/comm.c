@@ -7,12 +7,16 @@
 #include <string.h>
 
 #include "checks.h"
+#include "handle.h"
 #include "params.h"
 
-loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loomComm** out) {
-  struct loomComm* c = calloc(1, sizeof(*c));
+loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loom_comm** out) {
+  struct loom_comm* c = calloc(1, sizeof(*c));
   if (!c) return err_set(NULL, loomSystemError, "out of memory allocating a communicator");
-  c->magic = LOOM_COMM_MAGIC;
+  if (handle_new(HANDLE_COMM, c, &c->handle) != loomSuccess) {
+    free(c);
+    return loomSystemError;
+  }
   c->rank = rank;
   c->nranks = nranks;
   c->blocking = 1;
@@ -31,23 +35,37 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
   return loomSuccess;
 }
 
-void comm_free(struct loomComm* comm) {
+void comm_free(struct loom_comm* comm) {
   if (!comm) return;
+  if (comm->handle) handle_end(comm->handle, HANDLE_COMM);
   free(comm->peers);
   pthread_mutex_destroy(&comm->err_lock);
-  comm->magic = 0;
   free(comm);
 }
 
-loomResult_t comm_check(const struct loomComm* comm) {
-  if (!comm) return err_set(NULL, loomInvalidArgument, "invalid argument: communicator is NULL");
-  if (comm->magic != LOOM_COMM_MAGIC)
-    return err_set(NULL, loomInvalidArgument,
-                   "invalid argument: communicator %p is not a live Loom communicator", (void*)comm);
+static loomResult_t comm_bad(loomComm_t handle, const char* fn) {
+  if (!handle)
+    return err_set(NULL, loomInvalidArgument, "invalid argument: %s: communicator is NULL", fn);
+  return err_set(NULL, loomInvalidArgument, "invalid argument: %s: communicator %p %s", fn,
+                 (void*)handle, handle_why((uint64_t)(uintptr_t)handle, HANDLE_COMM));
+}
+
+loomResult_t comm_get(loomComm_t handle, const char* fn, struct loom_comm** out) {
+  struct loom_comm* c = handle_get((uint64_t)(uintptr_t)handle, HANDLE_COMM);
+  if (__builtin_expect(!c, 0)) return comm_bad(handle, fn);
+  *out = c;
   return loomSuccess;
 }
 
-void comm_set_failed(struct loomComm* comm, int peer, loomResult_t code, const char* fmt, ...) {
+loomResult_t comm_end(loomComm_t handle, const char* fn, struct loom_comm** out) {
+  struct loom_comm* c = handle_end((uint64_t)(uintptr_t)handle, HANDLE_COMM);
+  if (!c) return comm_bad(handle, fn);
+  c->handle = 0;
+  *out = c;
+  return loomSuccess;
+}
+
+void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...) {
   char text[LOOM_ERR_LEN - 32];
   va_list ap;
   va_start(ap, fmt);
@@ -78,19 +96,19 @@ void comm_set_failed(struct loomComm* comm, int peer, loomResult_t code, const c
   comm_wake(comm);
 }
 
-void comm_wake(struct loomComm* comm) {
+void comm_wake(struct loom_comm* comm) {
   void* arg = __atomic_load_n(&comm->wake_arg, __ATOMIC_ACQUIRE);
   void (*fn)(void*) = __atomic_load_n(&comm->wake_fn, __ATOMIC_ACQUIRE);
   if (fn) fn(arg);
 }
 
-void comm_set_wake(struct loomComm* comm, void (*fn)(void*), void* arg) {
+void comm_set_wake(struct loom_comm* comm, void (*fn)(void*), void* arg) {
   __atomic_store_n(&comm->wake_fn, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->wake_arg, arg, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->wake_fn, fn, __ATOMIC_RELEASE);
 }
 
-loomResult_t comm_health(struct loomComm* comm) {
+loomResult_t comm_health(struct loom_comm* comm) {
   int e = atomic_load(&comm->async_error);
   if (e == loomSuccess || e == loomInProgress) return loomSuccess;
   pthread_mutex_lock(&comm->err_lock);

@@ -12,7 +12,6 @@
 #include "loom.h"
 #include "util.h"
 
-#define LOOM_COMM_MAGIC 0x4c4f4f4d434f4d4dULL /* "LOOMCOMM" */
 #define LOOM_ERR_LEN 512
 
 /* What every rank tells the others at init. Fixed size, no pointers: it is
@@ -32,8 +31,11 @@ struct bootstrap; /* src/core/bootstrap.c */
 struct tp_comm;   /* src/transport: connections of this comm */
 struct coll_comm; /* src/collectives: plans, groups, per-comm executor state */
 
-struct loomComm {
-  uint64_t magic;
+/* The communicator behind a loomComm_t. The user's handle is not a pointer
+ * to it but an entry of the live-handle table (handle.h); public functions
+ * turn it into this struct with comm_get. */
+struct loom_comm {
+  uint64_t handle; /* what the user holds (loomComm_t); 0 once ended */
   int rank;
   int nranks;
   uint64_t comm_hash; /* random, chosen by rank 0; names shared segments */
@@ -72,22 +74,33 @@ struct loomComm {
   int init_thread_live;
 };
 
-/* Allocates a communicator in the initialising state. */
-loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loomComm** out);
-/* Frees what comm_alloc made (the upper layers release theirs first). */
-void comm_free(struct loomComm* comm);
-/* Checks a handle from the user: not NULL, magic intact. */
-loomResult_t comm_check(const struct loomComm* comm);
+/* Allocates a communicator in the initialising state, with a live handle. */
+loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loom_comm** out);
+/* Frees what comm_alloc made (the upper layers release theirs first), and
+ * ends its handle if comm_end has not. */
+void comm_free(struct loom_comm* comm);
+/* The communicator of a handle from the user; loomInvalidArgument naming
+ * fn and what is wrong with the handle (NULL, destroyed, not a
+ * communicator) otherwise. Lock-free. */
+loomResult_t comm_get(loomComm_t handle, const char* fn, struct loom_comm** out);
+/* Ends the handle (destroy, abort): returns the communicator, or
+ * loomInvalidArgument as comm_get when the handle is not live, so of two
+ * calls ending one handle exactly one succeeds. */
+loomResult_t comm_end(loomComm_t handle, const char* fn, struct loom_comm** out);
+/* The handle the user holds for comm. */
+static inline loomComm_t comm_handle(const struct loom_comm* comm) {
+  return (loomComm_t)(uintptr_t)comm->handle;
+}
 /* Records that peer failed (or, with peer < 0, that the communicator broke)
  * with code, once; later calls keep the first cause. Wakes waiters. */
-void comm_set_failed(struct loomComm* comm, int peer, loomResult_t code, const char* fmt, ...)
+void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Calls the wake hook, if set (any thread). */
-void comm_wake(struct loomComm* comm);
+void comm_wake(struct loom_comm* comm);
 /* Sets the wake hook; fn NULL clears it. */
-void comm_set_wake(struct loomComm* comm, void (*fn)(void*), void* arg);
+void comm_set_wake(struct loom_comm* comm, void (*fn)(void*), void* arg);
 /* loomSuccess while usable; else the error that broke it, with its text
  * copied to the caller's last error. */
-loomResult_t comm_health(struct loomComm* comm);
+loomResult_t comm_health(struct loom_comm* comm);
 
 #endif

@@ -10,15 +10,15 @@
 
 static __thread char thread_last[LOOM_ERR_LEN];
 
-static loomResult_t err_vset(struct loomComm* comm, unsigned subsys, loomResult_t code,
+static loomResult_t err_vset(struct loom_comm* comm, unsigned subsys, loomResult_t code,
                              const char* fmt, va_list ap) {
   char text[LOOM_ERR_LEN];
   int off = 0;
-  if (comm && comm->magic == LOOM_COMM_MAGIC) off = snprintf(text, sizeof(text), "rank %d: ", comm->rank);
+  if (comm) off = snprintf(text, sizeof(text), "rank %d: ", comm->rank);
   vsnprintf(text + off, sizeof(text) - (size_t)off, fmt, ap);
   LOOM_WARN(subsys, "%s", text);
   snprintf(thread_last, sizeof(thread_last), "%s", text);
-  if (comm && comm->magic == LOOM_COMM_MAGIC) {
+  if (comm) {
     pthread_mutex_lock(&comm->err_lock);
     snprintf(comm->last_error, sizeof(comm->last_error), "%s", text);
     pthread_mutex_unlock(&comm->err_lock);
@@ -26,7 +26,7 @@ static loomResult_t err_vset(struct loomComm* comm, unsigned subsys, loomResult_
   return code;
 }
 
-loomResult_t err_set(struct loomComm* comm, loomResult_t code, const char* fmt, ...) {
+loomResult_t err_set(struct loom_comm* comm, loomResult_t code, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   loomResult_t r = err_vset(comm, SUB_ALL, code, fmt, ap);
@@ -34,7 +34,7 @@ loomResult_t err_set(struct loomComm* comm, loomResult_t code, const char* fmt, 
   return r;
 }
 
-loomResult_t err_set_sub(struct loomComm* comm, unsigned subsys, loomResult_t code, const char* fmt,
+loomResult_t err_set_sub(struct loom_comm* comm, unsigned subsys, loomResult_t code, const char* fmt,
                          ...) {
   va_list ap;
   va_start(ap, fmt);

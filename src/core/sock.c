@@ -201,7 +201,7 @@ static int bind_or_wildcard(int fd, union sock_addr* addr) {
   return bind(fd, &addr->sa, sock_addr_len(addr));
 }
 
-loomResult_t sock_listen(struct loomComm* comm, union sock_addr* addr, int* fd_out) {
+loomResult_t sock_listen(struct loom_comm* comm, union sock_addr* addr, int* fd_out) {
   char text[SOCK_ADDR_STRLEN];
   sock_addr_str(addr, text, sizeof(text));
   int fd = sock_open(addr->sa.sa_family);
@@ -273,7 +273,7 @@ static void sleep_ms(long long ms) {
   }
 }
 
-loomResult_t sock_connect(struct loomComm* comm, const union sock_addr* addr, const char* what,
+loomResult_t sock_connect(struct loom_comm* comm, const union sock_addr* addr, const char* what,
                           const struct deadline* dl, const _Atomic int* abort_flag, int* fd_out) {
   char text[SOCK_ADDR_STRLEN];
   sock_addr_str(addr, text, sizeof(text));

@@ -18,7 +18,7 @@
 #include "loom.h"
 #include "util.h"
 
-struct loomComm;
+struct loom_comm;
 
 union sock_addr {
   struct sockaddr sa;
@@ -56,13 +56,13 @@ loomResult_t sock_if_pick(union sock_addr* addr_out, char* ifname_out, size_t if
 /* Opens a non-blocking listening socket on *addr (port 0: any free port;
  * SO_REUSEADDR so a fixed port can be reused at once) and writes the bound
  * port back into *addr. comm may be NULL. */
-loomResult_t sock_listen(struct loomComm* comm, union sock_addr* addr, int* fd_out);
+loomResult_t sock_listen(struct loom_comm* comm, union sock_addr* addr, int* fd_out);
 /* Connects to addr, retrying with backoff while the other side is not
  * listening yet (ECONNREFUSED and friends are normal during a rendezvous),
  * until the deadline: loomTimeout then. Gives up with loomInvalidUsage when
  * *abort_flag (may be NULL) turns nonzero. The socket returned is
  * non-blocking, with TCP_NODELAY. what names the peer for messages. */
-loomResult_t sock_connect(struct loomComm* comm, const union sock_addr* addr, const char* what,
+loomResult_t sock_connect(struct loom_comm* comm, const union sock_addr* addr, const char* what,
                           const struct deadline* dl, const _Atomic int* abort_flag, int* fd_out);
 
 /* Sends or receives exactly len bytes on a non-blocking socket, waiting with

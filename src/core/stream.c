@@ -10,16 +10,15 @@
 
 #include "checks.h"
 #include "comm.h"
-
-#define STREAM_MAGIC 0x4c4d535452454d31ULL /* "LMSTREM1" */
+#include "handle.h"
 
 struct work_item {
   struct stream_work w;
   struct work_item* next;
 };
 
-struct loomStream {
-  uint64_t magic;
+struct loom_stream {
+  uint64_t handle; /* what the user holds (loomStream_t) */
   pthread_t worker;
   pthread_mutex_t lock;
   /* Two conditions, so that neither side wakes the other for nothing: the
@@ -36,7 +35,7 @@ struct loomStream {
 };
 
 static void* stream_main(void* arg) {
-  struct loomStream* s = arg;
+  struct loom_stream* s = arg;
   pthread_mutex_lock(&s->lock);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->lock);
@@ -63,31 +62,51 @@ static void* stream_main(void* arg) {
   return NULL;
 }
 
-loomResult_t stream_check(loomStream_t s) {
-  if (!s || s->magic != STREAM_MAGIC)
-    return err_set(NULL, loomInvalidArgument, "invalid argument: stream %p is not a live Loom stream",
-                   (void*)s);
+static loomResult_t stream_bad(loomStream_t handle, const char* fn) {
+  if (!handle)
+    return err_set(NULL, loomInvalidArgument, "invalid argument: %s: stream is NULL", fn);
+  return err_set(NULL, loomInvalidArgument, "invalid argument: %s: stream %p %s", fn, (void*)handle,
+                 handle_why((uint64_t)(uintptr_t)handle, HANDLE_STREAM));
+}
+
+loomResult_t stream_get(loomStream_t handle, const char* fn, struct loom_stream** out) {
+  struct loom_stream* s = handle_get((uint64_t)(uintptr_t)handle, HANDLE_STREAM);
+  if (__builtin_expect(!s, 0)) return stream_bad(handle, fn);
+  *out = s;
   return loomSuccess;
 }
 
+static void stream_free(struct loom_stream* s) {
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->work);
+  pthread_cond_destroy(&s->done);
+  free(s);
+}
+
 loomResult_t loomStreamCreate(loomStream_t* stream) {
-  if (!stream) return err_set(NULL, loomInvalidArgument, "invalid argument: stream pointer is NULL");
-  struct loomStream* s = calloc(1, sizeof(*s));
+  if (!stream)
+    return err_set(NULL, loomInvalidArgument, "invalid argument: stream pointer is NULL");
+  struct loom_stream* s = calloc(1, sizeof(*s));
   if (!s) return err_set(NULL, loomSystemError, "out of memory allocating a stream");
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);
   s->wake_at = ULLONG_MAX;
-  s->magic = STREAM_MAGIC;
   int rc = pthread_create(&s->worker, NULL, stream_main, s);
   if (rc != 0) {
-    pthread_mutex_destroy(&s->lock);
-    pthread_cond_destroy(&s->work);
-    pthread_cond_destroy(&s->done);
-    free(s);
+    stream_free(s);
     return err_set(NULL, loomSystemError, "cannot start a stream worker: %s", strerror(rc));
   }
-  *stream = s;
+  if (handle_new(HANDLE_STREAM, s, &s->handle) != loomSuccess) {
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->worker, NULL);
+    stream_free(s);
+    return loomSystemError;
+  }
+  *stream = (loomStream_t)(uintptr_t)s->handle;
   return loomSuccess;
 }
 
@@ -97,7 +116,7 @@ loomResult_t loomStreamCreateFromCuda(loomStream_t* stream, void* cudaStream) {
                  "device path");
 }
 
-loomResult_t stream_enqueue(loomStream_t s, const struct stream_work* w) {
+loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w) {
   struct work_item* it = malloc(sizeof(*it));
   if (!it) return err_set(NULL, loomSystemError, "out of memory queueing work on a stream");
   it->w = *w;
@@ -115,8 +134,8 @@ loomResult_t stream_enqueue(loomStream_t s, const struct stream_work* w) {
 }
 
 loomResult_t loomStreamSynchronize(loomStream_t stream) {
-  LOOM_CHECK(stream_check(stream));
-  struct loomStream* s = stream;
+  struct loom_stream* s = NULL;
+  LOOM_CHECK(stream_get(stream, "loomStreamSynchronize", &s));
   pthread_mutex_lock(&s->lock);
   unsigned long long target = s->queued;
   while (s->finished < target) {
@@ -131,8 +150,8 @@ loomResult_t loomStreamSynchronize(loomStream_t stream) {
 }
 
 loomResult_t loomStreamQuery(loomStream_t stream) {
-  LOOM_CHECK(stream_check(stream));
-  struct loomStream* s = stream;
+  struct loom_stream* s = NULL;
+  LOOM_CHECK(stream_get(stream, "loomStreamQuery", &s));
   pthread_mutex_lock(&s->lock);
   loomResult_t r = s->finished == s->queued ? loomSuccess : loomInProgress;
   pthread_mutex_unlock(&s->lock);
@@ -140,17 +159,13 @@ loomResult_t loomStreamQuery(loomStream_t stream) {
 }
 
 loomResult_t loomStreamDestroy(loomStream_t stream) {
-  LOOM_CHECK(stream_check(stream));
-  struct loomStream* s = stream;
+  struct loom_stream* s = handle_end((uint64_t)(uintptr_t)stream, HANDLE_STREAM);
+  if (!s) return stream_bad(stream, "loomStreamDestroy");
   pthread_mutex_lock(&s->lock);
   s->stop = 1;
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->worker, NULL);
-  s->magic = 0;
-  pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->work);
-  pthread_cond_destroy(&s->done);
-  free(s);
+  stream_free(s);
   return loomSuccess;
 }

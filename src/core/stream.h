@@ -13,10 +13,14 @@ struct stream_work {
   void* arg;
 };
 
-/* Checks a stream handle from the user (not NULL, live). */
-loomResult_t stream_check(loomStream_t s);
+struct loom_stream;
+
+/* The stream of a handle from the user; loomInvalidArgument naming fn and
+ * what is wrong with the handle (destroyed, not a stream) otherwise. A NULL
+ * handle is the caller's to allow (NULL stream: run now). Lock-free. */
+loomResult_t stream_get(loomStream_t handle, const char* fn, struct loom_stream** out);
 /* Queues work on s. Never blocks on the work. On failure the work is
  * neither run nor freed. */
-loomResult_t stream_enqueue(loomStream_t s, const struct stream_work* w);
+loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w);
 
 #endif

@@ -53,7 +53,7 @@ struct peer_state {
 void __tsan_acquire(void* addr);
 void __tsan_release(void* addr);
 static char tsan_phase_keys[4096];
-static void* tsan_key(struct loomComm* comm, int rank) {
+static void* tsan_key(struct loom_comm* comm, int rank) {
   return &tsan_phase_keys[(comm->comm_hash * 31 + (uint64_t)rank) % sizeof(tsan_phase_keys)];
 }
 #define TSAN_RELEASE(comm, rank) __tsan_release(tsan_key(comm, rank))
@@ -63,17 +63,17 @@ static void* tsan_key(struct loomComm* comm, int rank) {
 #define TSAN_ACQUIRE(comm, rank) ((void)0)
 #endif
 
-static struct peer_state* state_of(struct loomComm* comm) {
+static struct peer_state* state_of(struct loom_comm* comm) {
   return *tp_peer_state_slot(comm);
 }
 
-static int same_process(struct loomComm* comm, int peer) {
+static int same_process(struct loom_comm* comm, int peer) {
   return comm->peers[peer].process_token == comm->peers[comm->rank].process_token;
 }
 
 /* Reads len bytes at remote address addr of peer's process into dst.
  * Returns 0 or an errno value. */
-static int cma_read(struct loomComm* comm, int peer, uint64_t addr, void* dst, size_t len) {
+static int cma_read(struct loom_comm* comm, int peer, uint64_t addr, void* dst, size_t len) {
   while (len > 0) {
     /* Pieces of at most CMA_PIECE: the kernel pins every page of a call
      * first, and very large calls were measured slower. */
@@ -89,7 +89,7 @@ static int cma_read(struct loomComm* comm, int peer, uint64_t addr, void* dst, s
   return 0;
 }
 
-static int probe_peer(struct loomComm* comm, int peer) {
+static int probe_peer(struct loom_comm* comm, int peer) {
   if (same_process(comm, peer)) return 1;
   struct peer_pub* pub = tp_pub(comm, peer);
   uint64_t got = 0;
@@ -103,7 +103,7 @@ static int probe_peer(struct loomComm* comm, int peer) {
   return 1;
 }
 
-loomResult_t peer_comm_init(struct loomComm* comm) {
+loomResult_t peer_comm_init(struct loom_comm* comm) {
   struct peer_state* ps = calloc(1, sizeof(*ps));
   if (!ps) return err_set(comm, loomSystemError, "out of memory");
   *tp_peer_state_slot(comm) = ps;
@@ -131,7 +131,7 @@ loomResult_t peer_comm_init(struct loomComm* comm) {
   return r;
 }
 
-void peer_comm_fini(struct loomComm* comm) {
+void peer_comm_fini(struct loom_comm* comm) {
   struct peer_state** slot = tp_peer_state_slot(comm);
   struct peer_state* ps = *slot;
   if (!ps) return;
@@ -142,18 +142,18 @@ void peer_comm_fini(struct loomComm* comm) {
   *slot = NULL;
 }
 
-int tp_direct_loads(struct loomComm* comm) {
+int tp_direct_loads(struct loom_comm* comm) {
   for (int p = 0; p < comm->nranks; p++)
     if (!same_process(comm, p)) return 0;
   return 1;
 }
 
-int tp_direct_ok(struct loomComm* comm) {
+int tp_direct_ok(struct loom_comm* comm) {
   struct peer_state* ps = state_of(comm);
   return ps && ps->direct_ok;
 }
 
-void tp_peer_publish(struct loomComm* comm, void* const* bufs, const size_t* bytes) {
+void tp_peer_publish(struct loom_comm* comm, void* const* bufs, const size_t* bytes) {
   struct peer_pub* self = tp_pub(comm, comm->rank);
   for (int b = 0; b < PEER_NBUFS; b++) {
     self->addr[b] = (uint64_t)(uintptr_t)bufs[b];
@@ -162,7 +162,7 @@ void tp_peer_publish(struct loomComm* comm, void* const* bufs, const size_t* byt
   }
 }
 
-void tp_sync_arrive(struct loomComm* comm) {
+void tp_sync_arrive(struct loom_comm* comm) {
   struct peer_state* ps = state_of(comm);
   ps->gen++;
   TSAN_RELEASE(comm, comm->rank);
@@ -171,7 +171,7 @@ void tp_sync_arrive(struct loomComm* comm) {
     if (p != comm->rank) bell_ring(tp_peer_bell(comm, p));
 }
 
-int tp_sync_done(struct loomComm* comm) {
+int tp_sync_done(struct loom_comm* comm) {
   struct peer_state* ps = state_of(comm);
   for (int p = 0; p < comm->nranks; p++)
     if (atomic_load_explicit(&tp_pub(comm, p)->phase, memory_order_acquire) < ps->gen) return 0;
@@ -180,7 +180,7 @@ int tp_sync_done(struct loomComm* comm) {
 }
 
 /* A mapping of the peer's loomMemAlloc region, made on first use. */
-static void* region_map(struct loomComm* comm, int peer, const struct mem_region* rg) {
+static void* region_map(struct loom_comm* comm, int peer, const struct mem_region* rg) {
   struct peer_state* ps = state_of(comm);
   for (int i = 0; i < MAP_CACHE; i++)
     if (ps->maps[i].id == rg->id && ps->maps[i].peer == peer) return ps->maps[i].local;
@@ -202,7 +202,7 @@ static void* region_map(struct loomComm* comm, int peer, const struct mem_region
 
 /* Where this process can load the peer's range directly, or NULL (then it
  * is read by cross-memory attach). Checks the range first. */
-static loomResult_t peer_range(struct loomComm* comm, int peer, unsigned buf, size_t off,
+static loomResult_t peer_range(struct loom_comm* comm, int peer, unsigned buf, size_t off,
                                size_t len, uint64_t* addr_out, const void** local_out) {
   struct peer_pub* pub = tp_pub(comm, peer);
   uint64_t have = buf < PEER_NBUFS ? pub->bytes[buf] : 0;
@@ -224,13 +224,13 @@ static loomResult_t peer_range(struct loomComm* comm, int peer, unsigned buf, si
   return loomSuccess;
 }
 
-static loomResult_t read_failed(struct loomComm* comm, int peer, int e) {
+static loomResult_t read_failed(struct loom_comm* comm, int peer, int e) {
   return err_set_sub(comm, SUB_COLL, loomRemoteError,
                      "cannot read peer %d's buffer (process_vm_readv: %s); did it fail?", peer,
                      strerror(e));
 }
 
-loomResult_t tp_peer_copy(struct loomComm* comm, int peer, unsigned buf, size_t off, void* dst,
+loomResult_t tp_peer_copy(struct loom_comm* comm, int peer, unsigned buf, size_t off, void* dst,
                           size_t bytes) {
   uint64_t addr;
   const void* src;
@@ -243,7 +243,7 @@ loomResult_t tp_peer_copy(struct loomComm* comm, int peer, unsigned buf, size_t 
   return e ? read_failed(comm, peer, e) : loomSuccess;
 }
 
-loomResult_t tp_peer_reduce(struct loomComm* comm, int peer, unsigned buf, size_t off, void* dst,
+loomResult_t tp_peer_reduce(struct loom_comm* comm, int peer, unsigned buf, size_t off, void* dst,
                             size_t count, loomDataType_t dtype, loomRedOp_t op) {
   size_t es = dtype_size(dtype), bytes = count * es;
   uint64_t addr;

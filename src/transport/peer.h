@@ -37,17 +37,17 @@ struct peer_pub {
 
 /* transport.c: rank's published block (this rank's own too), or NULL when
  * rank is on another host. */
-struct peer_pub* tp_pub(struct loomComm* comm, int rank);
+struct peer_pub* tp_pub(struct loom_comm* comm, int rank);
 
 /* transport.c: where the communicator keeps peer.c's state. */
 struct peer_state;
-struct peer_state** tp_peer_state_slot(struct loomComm* comm);
+struct peer_state** tp_peer_state_slot(struct loom_comm* comm);
 
 /* peer.c: per-communicator setup, after every same-host rank segment is
  * open: probes cross-memory attach to every peer and agrees (collectively)
  * whether direct plans may run. */
-loomResult_t peer_comm_init(struct loomComm* comm);
-void peer_comm_fini(struct loomComm* comm);
+loomResult_t peer_comm_init(struct loom_comm* comm);
+void peer_comm_fini(struct loom_comm* comm);
 
 /* mem.c: the loomMemAlloc region holding [addr, addr + bytes), if any;
  * else *out gets fd -1. Thread safe. */

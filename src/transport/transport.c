@@ -49,7 +49,7 @@ _Static_assert(NTRANSPORTS <= TP_MAX_TRANSPORTS, "raise TP_MAX_TRANSPORTS");
 
 /* The transport that joins rank a to rank b, or NULL. can_connect is a pure
  * query: a failure of it counts as "cannot". */
-static const struct loom_transport* transport_pick(const struct loomComm* comm, int a, int b) {
+static const struct loom_transport* transport_pick(const struct loom_comm* comm, int a, int b) {
   for (int i = 0; i < NTRANSPORTS; i++) {
     int ok = 0;
     if (!comm->tp->allowed[i]) continue;
@@ -62,7 +62,7 @@ static const struct loom_transport* transport_pick(const struct loomComm* comm, 
 /* Each transport's per-communicator setup, told whether any pair of ranks
  * will use it: the peer table and LOOM_TRANSPORTS are the same on every
  * rank, so every rank reaches the same answer and the collective ones agree. */
-static loomResult_t transports_comm_init(struct loomComm* comm) {
+static loomResult_t transports_comm_init(struct loom_comm* comm) {
   int used[TP_MAX_TRANSPORTS] = {0}, nused = 0;
   for (int a = 0; a < comm->nranks && nused < NTRANSPORTS; a++)
     for (int b = 0; b < comm->nranks; b++) {
@@ -74,32 +74,32 @@ static loomResult_t transports_comm_init(struct loomComm* comm) {
   return loomSuccess;
 }
 
-loomResult_t tp_comm_init_none(struct loomComm* comm, int used) {
+loomResult_t tp_comm_init_none(struct loom_comm* comm, int used) {
   return loomSuccess;
 }
 
-void tp_helper_thread_add(struct loomComm* comm) { comm->tp->helper_threads++; }
+void tp_helper_thread_add(struct loom_comm* comm) { comm->tp->helper_threads++; }
 
-void tp_idle(struct loomComm* comm) {
+void tp_idle(struct loom_comm* comm) {
   for (int i = 0; i < NTRANSPORTS; i++)
     if (all_transports[i]->idle && comm->tp->state[i]) all_transports[i]->idle(comm);
 }
 
-void** tp_comm_state(struct loomComm* comm, const struct loom_transport* t) {
+void** tp_comm_state(struct loom_comm* comm, const struct loom_transport* t) {
   for (int i = 0; i < NTRANSPORTS; i++)
     if (all_transports[i] == t) return &comm->tp->state[i];
   return NULL; /* not reached: every transport is in all_transports */
 }
 
-static void rank_seg_name(const struct loomComm* comm, int rank, char* buf, size_t len) {
+static void rank_seg_name(const struct loom_comm* comm, int rank, char* buf, size_t len) {
   snprintf(buf, len, "/loom-%016llx-r%d", (unsigned long long)comm->comm_hash, rank);
 }
 
-static int same_host(const struct loomComm* comm, int peer) {
+static int same_host(const struct loom_comm* comm, int peer) {
   return comm->peers[peer].host_id == comm->peers[comm->rank].host_id;
 }
 
-static loomResult_t rank_seg_create(struct loomComm* comm, struct rank_seg** out) {
+static loomResult_t rank_seg_create(struct loom_comm* comm, struct rank_seg** out) {
   char name[64];
   rank_seg_name(comm, comm->rank, name, sizeof(name));
   int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -124,7 +124,7 @@ static loomResult_t rank_seg_create(struct loomComm* comm, struct rank_seg** out
   return loomSuccess;
 }
 
-static loomResult_t rank_seg_open(struct loomComm* comm, int peer, struct rank_seg** out) {
+static loomResult_t rank_seg_open(struct loom_comm* comm, int peer, struct rank_seg** out) {
   char name[64];
   rank_seg_name(comm, peer, name, sizeof(name));
   int fd = shm_open(name, O_RDWR, 0600);
@@ -149,7 +149,7 @@ static void tp_wake(void* arg) {
   if (tp->self_seg) bell_ring(&tp->self_seg->bell);
 }
 
-loomResult_t tp_comm_init(struct loomComm* comm) {
+loomResult_t tp_comm_init(struct loom_comm* comm) {
   int n = comm->nranks;
   struct tp_comm* tp = calloc(1, sizeof(*tp));
   if (!tp) return err_set(comm, loomSystemError, "out of memory");
@@ -194,7 +194,7 @@ loomResult_t tp_comm_init(struct loomComm* comm) {
   return loomSuccess;
 }
 
-void tp_comm_fini(struct loomComm* comm) {
+void tp_comm_fini(struct loom_comm* comm) {
   struct tp_comm* tp = comm->tp;
   if (!tp) return;
   comm_set_wake(comm, NULL, NULL);
@@ -237,7 +237,7 @@ int tp_transport_allowed(const char* name) {
   return 0;
 }
 
-void tp_comm_cancel(struct loomComm* comm) {
+void tp_comm_cancel(struct loom_comm* comm) {
   struct tp_comm* tp = comm->tp;
   if (!tp) return;
   for (int i = 0; i < comm->nranks * LANE_COUNT; i++) {
@@ -246,7 +246,7 @@ void tp_comm_cancel(struct loomComm* comm) {
   }
 }
 
-loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, int lane,
+loomResult_t tp_conn_get(struct loom_comm* comm, int peer, int is_send, int lane,
                          struct conn** conn_out) {
   struct tp_comm* tp = comm->tp;
   size_t at = (size_t)lane * (size_t)comm->nranks + (size_t)peer;
@@ -270,21 +270,21 @@ loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, int lane,
                      params_get()->transports, tp_list_available());
 }
 
-struct bell* tp_self_bell(struct loomComm* comm) { return &comm->tp->self_seg->bell; }
+struct bell* tp_self_bell(struct loom_comm* comm) { return &comm->tp->self_seg->bell; }
 
-struct bell* tp_peer_bell(struct loomComm* comm, int peer) {
+struct bell* tp_peer_bell(struct loom_comm* comm, int peer) {
   struct rank_seg* s = comm->tp->peer_segs[peer];
   return s ? &s->bell : NULL;
 }
 
-int tp_spin_count(struct loomComm* comm) { return comm->tp->spin; }
+int tp_spin_count(struct loom_comm* comm) { return comm->tp->spin; }
 
-struct peer_pub* tp_pub(struct loomComm* comm, int rank) {
+struct peer_pub* tp_pub(struct loom_comm* comm, int rank) {
   struct rank_seg* s = comm->tp->peer_segs[rank];
   return s ? &s->pub : NULL;
 }
 
-struct peer_state** tp_peer_state_slot(struct loomComm* comm) { return &comm->tp->peer; }
+struct peer_state** tp_peer_state_slot(struct loom_comm* comm) { return &comm->tp->peer; }
 
 const char* tp_list_available(void) {
   return "local (thread ranks of one process), shm (processes on one host), socket (TCP, any "

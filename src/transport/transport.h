@@ -46,7 +46,7 @@ struct loom_transport {
   /* Starts a connection to peer in one direction (is_send: self -> peer).
    * Never blocks: the sender side creates what is shared, the receiver side
    * attaches to it as soon as it exists. */
-  loomResult_t (*connect)(struct loomComm* comm, int peer, int is_send, int lane,
+  loomResult_t (*connect)(struct loom_comm* comm, int peer, int is_send, int lane,
                           struct conn** conn_out);
   /* loomSuccess once the connection is up, loomInProgress before. Never
    * blocks. */
@@ -71,21 +71,21 @@ struct loom_transport {
    * table), so a transport that needs a collective exchange (boot_allgather)
    * does it only then. May block, up to comm->timeout_ms. Keeps its state in
    * *tp_comm_state(comm, tp). */
-  loomResult_t (*comm_init)(struct loomComm* comm, int used);
+  loomResult_t (*comm_init)(struct loom_comm* comm, int used);
   /* Once per communicator at teardown, after every connection is closed:
    * releases what the transport shares for it (names a failed peer may have
    * left behind). failed: the communicator is in error. Never blocks. */
-  void (*comm_fini)(struct loomComm* comm, int failed);
+  void (*comm_fini)(struct loom_comm* comm, int failed);
   /* Optional. The executor of comm is about to sleep on its doorbell: what
    * the transport's own thread must watch while nobody polls, it watches
    * from now on. Cheap when there is nothing to hand over. */
-  void (*idle)(struct loomComm* comm);
+  void (*idle)(struct loom_comm* comm);
 };
 
 /* Fields every connection starts with; transports embed it first. */
 struct conn {
   const struct loom_transport* tp;
-  struct loomComm* comm;
+  struct loom_comm* comm;
   int peer;
   int is_send;
   int lane;
@@ -97,10 +97,10 @@ struct conn {
 
 /* Sets up what every transport needs for comm (the rank's doorbell shared
  * with peers on this host), after the bootstrap. Collective. */
-loomResult_t tp_comm_init(struct loomComm* comm);
+loomResult_t tp_comm_init(struct loom_comm* comm);
 /* Closes every connection and releases the shared state. Never blocks on
  * peers. Unlinks every shared name this rank may have been party to. */
-void tp_comm_fini(struct loomComm* comm);
+void tp_comm_fini(struct loom_comm* comm);
 /* Lanes: independent connections between the same two ranks, so that
  * collectives and point-to-point traffic of one group progress side by side
  * without their messages interleaving on one FIFO. */
@@ -109,29 +109,29 @@ enum { LANE_COLL = 0, LANE_P2P = 1, LANE_COUNT };
 /* The connection to peer in one direction on a lane, connecting on first use
  * with the first transport of LOOM_TRANSPORTS that can. Never blocks: the connection
  * may still be coming up (use conn's connect_test). */
-loomResult_t tp_conn_get(struct loomComm* comm, int peer, int is_send, int lane,
+loomResult_t tp_conn_get(struct loom_comm* comm, int peer, int is_send, int lane,
                          struct conn** conn_out);
 /* Cancels every connection of comm (after an operation on it failed), so
  * that no peer touches the buffers of the interrupted transfers. */
-void tp_comm_cancel(struct loomComm* comm);
+void tp_comm_cancel(struct loom_comm* comm);
 /* This rank's doorbell: every transport rings it when this rank may be able
  * to make progress. */
-struct bell* tp_self_bell(struct loomComm* comm);
+struct bell* tp_self_bell(struct loom_comm* comm);
 /* Peer's doorbell (peers on this host). */
-struct bell* tp_peer_bell(struct loomComm* comm, int peer);
+struct bell* tp_peer_bell(struct loom_comm* comm, int peer);
 /* Where transport t keeps its per-communicator state (NULL until its
  * comm_init sets it). */
-void** tp_comm_state(struct loomComm* comm, const struct loom_transport* t);
+void** tp_comm_state(struct loom_comm* comm, const struct loom_transport* t);
 /* A transport's comm_init says it runs a thread of its own for this rank
  * (the waiters then spin less, so as not to starve it). */
-void tp_helper_thread_add(struct loomComm* comm);
+void tp_helper_thread_add(struct loom_comm* comm);
 /* The executor of comm is about to sleep (each transport's idle hook). */
-void tp_idle(struct loomComm* comm);
+void tp_idle(struct loom_comm* comm);
 /* The shared comm_init of transports with nothing to set up per
  * communicator. */
-loomResult_t tp_comm_init_none(struct loomComm* comm, int used);
+loomResult_t tp_comm_init_none(struct loom_comm* comm, int used);
 /* How many polls a waiter should spin before sleeping. */
-int tp_spin_count(struct loomComm* comm);
+int tp_spin_count(struct loom_comm* comm);
 /* Names of the transports usable here (loom_info). */
 const char* tp_list_available(void);
 
@@ -147,26 +147,26 @@ int tp_transport_allowed(const char* name);
 /* 1 when every rank of comm is on this host and can read every other's
  * memory (agreed by all ranks at init, so all plan alike), and LOOM_DIRECT
  * allows it. */
-int tp_direct_ok(struct loomComm* comm);
+int tp_direct_ok(struct loom_comm* comm);
 /* 1 when every rank of comm is a thread of this process: direct plans then
  * read with plain loads (else, mostly, by cross-memory attach). */
-int tp_direct_loads(struct loomComm* comm);
+int tp_direct_loads(struct loom_comm* comm);
 /* Publishes the buffers of this rank's next direct plan (PEER_NBUFS of
  * them: send, receive, scratch; NULL and 0 where absent). Call before the
  * plan's first sync. */
-void tp_peer_publish(struct loomComm* comm, void* const* bufs, const size_t* bytes);
+void tp_peer_publish(struct loom_comm* comm, void* const* bufs, const size_t* bytes);
 /* Arrives at the next sync and rings the peers. Never blocks. */
-void tp_sync_arrive(struct loomComm* comm);
+void tp_sync_arrive(struct loom_comm* comm);
 /* 1 once every peer has arrived at this rank's latest sync. Never blocks. */
-int tp_sync_done(struct loomComm* comm);
+int tp_sync_done(struct loom_comm* comm);
 /* dst = bytes at offset off of peer's published buffer buf. Checks the
  * range against what the peer published (a mismatch of the ranks'
  * arguments is loomInvalidUsage naming the peer); loomRemoteError when the
  * peer's memory cannot be read (it died). Blocks only while copying. */
-loomResult_t tp_peer_copy(struct loomComm* comm, int peer, unsigned buf, size_t off, void* dst,
+loomResult_t tp_peer_copy(struct loom_comm* comm, int peer, unsigned buf, size_t off, void* dst,
                           size_t bytes);
 /* dst = dst op (count elements of peer's buffer buf at byte offset off). */
-loomResult_t tp_peer_reduce(struct loomComm* comm, int peer, unsigned buf, size_t off, void* dst,
+loomResult_t tp_peer_reduce(struct loom_comm* comm, int peer, unsigned buf, size_t off, void* dst,
                             size_t count, loomDataType_t dtype, loomRedOp_t op);
 
 /* loomMemAlloc memory (mem.c): shared (memfd) mappings that peers on this

@@ -301,10 +301,10 @@ peer_info SelfInfo(int rank) {
   return p;
 }
 
-loomComm* NewComm(int nranks, int rank, int timeout_ms) {
+loom_comm* NewComm(int nranks, int rank, int timeout_ms) {
   loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
   cfg.timeoutMs = timeout_ms;
-  loomComm* c = nullptr;
+  loom_comm* c = nullptr;
   EXPECT_EQ(comm_alloc(nranks, rank, &cfg, &c), loomSuccess);
   return c;
 }
@@ -312,7 +312,7 @@ loomComm* NewComm(int nranks, int rank, int timeout_ms) {
 // One rank run by a thread: its communicator, its init result and the
 // error text its thread saw.
 struct Rank {
-  loomComm* comm = nullptr;
+  loom_comm* comm = nullptr;
   loomResult_t init = loomInternalError;
   std::string why;
   std::thread th;
@@ -320,7 +320,7 @@ struct Rank {
 
 // Starts rank r of n on its own thread; then runs body when init succeeded.
 void StartRank(Rank& rk, const boot_id& id, int n, int r, int timeout_ms,
-               std::function<void(loomComm*)> body = nullptr) {
+               std::function<void(loom_comm*)> body = nullptr) {
   rk.th = std::thread([&rk, id, n, r, timeout_ms, body] {
     rk.comm = NewComm(n, r, timeout_ms);
     peer_info self = SelfInfo(r);
@@ -350,7 +350,7 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds limit 
 
 // The all-gathers every rank runs once init is done: small, empty, and one
 // bigger than a socket buffer, then a barrier. Returns "" or the failure.
-std::string GatherRounds(loomComm* comm) {
+std::string GatherRounds(loom_comm* comm) {
   int n = comm->nranks, r = comm->rank;
   std::vector<int32_t> got(n, -1);
   int32_t mine = r * 10 + 1;
@@ -378,7 +378,7 @@ TEST(BootRendezvous, FourRanksGatherAndBarrier) {
   std::vector<std::string> gather(n);
   for (int r = 0; r < n; r++)
     StartRank(ranks[r], id, n, r, 20000,
-              [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
+              [&gather, r](loom_comm* c) { gather[r] = GatherRounds(c); });
   for (auto& rk : ranks) rk.th.join();
   for (int r = 0; r < n; r++) {
     ASSERT_EQ(ranks[r].init, loomSuccess) << "rank " << r << ": " << ranks[r].why;
@@ -397,7 +397,7 @@ TEST(BootRendezvous, SingleRank) {
   boot_id id;
   ASSERT_EQ(boot_id_create(&id), loomSuccess);
   Rank rk;
-  StartRank(rk, id, 1, 0, 5000, [](loomComm* c) { EXPECT_EQ(GatherRounds(c), ""); });
+  StartRank(rk, id, 1, 0, 5000, [](loom_comm* c) { EXPECT_EQ(GatherRounds(c), ""); });
   rk.th.join();
   EXPECT_EQ(rk.init, loomSuccess) << rk.why;
   FreeRank(rk, 1);
@@ -418,7 +418,7 @@ TEST(BootRendezvous, IdFromAddressWithoutListener) {
   // The others start first: they retry until rank 0 listens.
   for (int r = 2; r >= 0; r--) {
     StartRank(ranks[r], id, 3, r, 20000,
-              [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
+              [&gather, r](loom_comm* c) { gather[r] = GatherRounds(c); });
     if (r > 0) std::this_thread::sleep_for(50ms);
   }
   for (int r = 0; r < 3; r++) {
@@ -449,7 +449,7 @@ TEST(BootRendezvous, Ipv6FromAddressWithListener) {
   std::vector<std::string> gather(3);
   for (int r = 0; r < 3; r++)
     StartRank(ranks[r], id, 3, r, 20000,
-              [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
+              [&gather, r](loom_comm* c) { gather[r] = GatherRounds(c); });
   for (int r = 0; r < 3; r++) {
     ranks[r].th.join();
     EXPECT_EQ(ranks[r].init, loomSuccess) << ranks[r].why;
@@ -500,7 +500,7 @@ TEST(BootRendezvous, StrangersDoNotDisturb) {
   std::vector<std::string> gather(n);
   auto start = [&](int r) {
     StartRank(ranks[r], id, n, r, 20000,
-              [&gather, r](loomComm* c) { gather[r] = GatherRounds(c); });
+              [&gather, r](loom_comm* c) { gather[r] = GatherRounds(c); });
   };
   int silent = DialBlocking(a);  // before rank 0 even runs: sits in the backlog
   ASSERT_GE(silent, 0);
@@ -589,7 +589,7 @@ TEST(BootRendezvous, NranksMismatchIsRefused) {
   ASSERT_EQ(boot_id_create(&id), loomSuccess);
   std::vector<Rank> ranks(n);
   std::vector<std::string> gather(n);
-  auto body = [&gather](loomComm* c) { gather[c->rank] = GatherRounds(c); };
+  auto body = [&gather](loom_comm* c) { gather[c->rank] = GatherRounds(c); };
   StartRank(ranks[0], id, n, 0, 20000, body);
   Rank bad;
   StartRank(bad, id, n + 1, 1, 20000);
@@ -609,7 +609,7 @@ TEST(BootRendezvous, DuplicateRankIsRefused) {
   std::vector<Rank> ranks(n), twin(1);
   std::vector<std::string> gather(n);
   std::atomic<int> ended{0};
-  auto body = [&gather](loomComm* c) { gather[c->rank] = GatherRounds(c); };
+  auto body = [&gather](loom_comm* c) { gather[c->rank] = GatherRounds(c); };
   StartRank(ranks[0], id, n, 0, 20000, body);
   // Two claim rank 1; the first hello wins, whichever it is.
   for (Rank* rk : {&ranks[1], &twin[0]}) {
@@ -638,7 +638,7 @@ TEST(BootRendezvous, KnownSecretBadRankIsToldWhy) {
   ASSERT_EQ(boot_id_create(&id), loomSuccess);
   std::vector<Rank> ranks(2);
   std::vector<std::string> gather(2);
-  auto body = [&gather](loomComm* c) { gather[c->rank] = GatherRounds(c); };
+  auto body = [&gather](loom_comm* c) { gather[c->rank] = GatherRounds(c); };
   StartRank(ranks[0], id, 2, 0, 20000, body);
   int fd = DialBlocking(IdAddr(id));
   ASSERT_GE(fd, 0);
@@ -682,7 +682,7 @@ void Bringup(std::vector<Rank>& ranks, int n, int timeout_ms = 20000) {
 // Waits (hang guard) until comm reports loomRemoteError with a text that
 // names peer. The text is read again until it does, because comm_set_failed
 // publishes the error code a moment before its text.
-bool WaitForFailure(loomComm* c, int peer, std::string* why) {
+bool WaitForFailure(loom_comm* c, int peer, std::string* why) {
   std::string want = "peer " + std::to_string(peer);
   return WaitFor([&] {
     loomResult_t h = comm_health(c);
@@ -700,7 +700,7 @@ TEST_P(BootFailure, AbortedPeerIsReportedEverywhere) {
   boot_fini(ranks[victim].comm, 0);  // like a crash: no goodbye
   for (int r = 0; r < n; r++) {
     if (r == victim) continue;
-    loomComm* c = ranks[r].comm;
+    loom_comm* c = ranks[r].comm;
     std::string why;
     ASSERT_TRUE(WaitForFailure(c, victim, &why))
         << "rank " << r << " never noticed that rank " << victim << " died: " << why;
@@ -749,7 +749,7 @@ TEST(BootFailureClean, AbortFlagEndsWaits) {
 }
 
 TEST(BootFailureClean, FiniIsSafeWithoutInit) {
-  loomComm* c = NewComm(2, 0, 1000);
+  loom_comm* c = NewComm(2, 0, 1000);
   boot_fini(c, 1);
   boot_fini(c, 0);
   comm_free(c);
@@ -762,7 +762,7 @@ TEST(BootProcess, KilledRankIsDetected) {
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    loomComm* c = NewComm(3, 1, 20000);
+    loom_comm* c = NewComm(3, 1, 20000);
     peer_info self = SelfInfo(1);
     if (boot_init(c, &id, &self) == loomSuccess) raise(SIGKILL);
     _exit(3);
@@ -775,7 +775,7 @@ TEST(BootProcess, KilledRankIsDetected) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child status " << status;
   for (int r : {0, 2}) {
     ASSERT_EQ(ranks[r].init, loomSuccess) << ranks[r].why;
-    loomComm* c = ranks[r].comm;
+    loom_comm* c = ranks[r].comm;
     std::string why;
     EXPECT_TRUE(WaitForFailure(c, 1, &why)) << "rank " << r << ": " << why;
   }

@@ -77,7 +77,7 @@ static void fifo_unref(struct fifo_ctrl* f) {
   if (atomic_fetch_sub(&f->refs, 1) == 1) free(f);
 }
 
-static loomResult_t local_connect(struct loomComm* comm, int peer, int is_send, int lane,
+static loomResult_t local_connect(struct loom_comm* comm, int peer, int is_send, int lane,
                                   struct conn** out) {
   struct local_conn* c = calloc(1, sizeof(*c));
   if (!c) return err_set(comm, loomSystemError, "out of memory");
@@ -266,7 +266,7 @@ static loomResult_t local_close(struct conn* base) {
   return loomSuccess;
 }
 
-static void local_comm_fini(struct loomComm* comm, int failed) {}
+static void local_comm_fini(struct loom_comm* comm, int failed) {}
 
 const struct loom_transport loom_transport_local = {
     .name = "local",

@@ -28,7 +28,7 @@ struct shm_conn {
   struct bell* peer_bell;
 };
 
-static void fifo_name(const struct loomComm* comm, int src, int dst, int lane, char* buf,
+static void fifo_name(const struct loom_comm* comm, int src, int dst, int lane, char* buf,
                       size_t len) {
   snprintf(buf, len, "/loom-%016llx-f%d-%d-%d", (unsigned long long)comm->comm_hash, src, dst,
            lane);
@@ -41,7 +41,7 @@ static loomResult_t shm_can_connect(const struct peer_info* self, const struct p
 }
 
 static loomResult_t shm_create(struct shm_conn* c) {
-  struct loomComm* comm = c->base.comm;
+  struct loom_comm* comm = c->base.comm;
   const struct loom_params* pm = params_get();
   uint32_t nslots = (uint32_t)LOOM_MIN(LOOM_MAX(pm->nslots, 2), FIFO_MAX_SLOTS);
   size_t slot_bytes = LOOM_ALIGN_UP(LOOM_MAX(pm->buffsize / nslots, (size_t)4096), 4096);
@@ -75,7 +75,7 @@ static loomResult_t shm_create(struct shm_conn* c) {
   return loomSuccess;
 }
 
-static loomResult_t shm_connect(struct loomComm* comm, int peer, int is_send, int lane,
+static loomResult_t shm_connect(struct loom_comm* comm, int peer, int is_send, int lane,
                                struct conn** out) {
   struct shm_conn* c = calloc(1, sizeof(*c));
   if (!c) return err_set(comm, loomSystemError, "out of memory");
@@ -271,7 +271,7 @@ static loomResult_t shm_cancel(struct conn* base) {
 /* FIFOs into this rank are its to remove; FIFOs out of it too when the
  * communicator failed (their receiver may be dead). A clean sender leaves
  * its names to their receivers (shm_close). */
-static void shm_comm_fini(struct loomComm* comm, int failed) {
+static void shm_comm_fini(struct loom_comm* comm, int failed) {
   if (!comm->peers) return;
   for (int p = 0; p < comm->nranks; p++) {
     if (comm->peers[p].host_id != comm->peers[comm->rank].host_id) continue;

@@ -23,7 +23,7 @@
 
 #define SOCK_RING_FIRST 16
 
-static struct sock_comm* sock_comm_of(struct loomComm* comm) {
+static struct sock_comm* sock_comm_of(struct loom_comm* comm) {
   return *tp_comm_state(comm, &loom_transport_socket);
 }
 
@@ -108,7 +108,7 @@ static loomResult_t socket_can_connect(const struct peer_info* self, const struc
   return loomSuccess;
 }
 
-static loomResult_t socket_connect(struct loomComm* comm, int peer, int is_send, int lane,
+static loomResult_t socket_connect(struct loom_comm* comm, int peer, int is_send, int lane,
                                    struct conn** out) {
   struct sock_comm* sc = sock_comm_of(comm);
   if (sc == NULL)
@@ -285,7 +285,7 @@ static loomResult_t socket_close(struct conn* base) {
 
 /* The interface: LOOM_SOCKET_IFNAME's, else the one this rank reaches rank 0
  * by (so the data goes where the bootstrap found a route). */
-static loomResult_t listen_addr_pick(struct loomComm* comm, union sock_addr* addr_out) {
+static loomResult_t listen_addr_pick(struct loom_comm* comm, union sock_addr* addr_out) {
   char ifname[64] = "";
   if (params_get()->socket_ifname[0] != '\0' || boot_route_addr(comm, addr_out) != 0)
     LOOM_CHECK(sock_if_pick(addr_out, ifname, sizeof(ifname)));
@@ -297,7 +297,7 @@ static loomResult_t listen_addr_pick(struct loomComm* comm, union sock_addr* add
 }
 
 static loomResult_t listen_open(struct sock_comm* sc, union sock_addr* addr) {
-  struct loomComm* comm = sc->comm;
+  struct loom_comm* comm = sc->comm;
   char text[SOCK_ADDR_STRLEN];
   LOOM_CHECK(listen_addr_pick(comm, addr));
   sock_addr_str(addr, text, sizeof(text));
@@ -329,7 +329,7 @@ fail:;
                      call, text, strerror(e));
 }
 
-static loomResult_t socket_comm_init(struct loomComm* comm, int used) {
+static loomResult_t socket_comm_init(struct loom_comm* comm, int used) {
   if (!used) return loomSuccess;
   const struct loom_params* pm = params_get();
   struct sock_comm* sc = calloc(1, sizeof(*sc));
@@ -355,12 +355,12 @@ static loomResult_t socket_comm_init(struct loomComm* comm, int used) {
   return sock_net_start(sc);
 }
 
-static void socket_idle(struct loomComm* comm) {
+static void socket_idle(struct loom_comm* comm) {
   struct sock_comm* sc = sock_comm_of(comm);
   if (sc != NULL) sock_net_idle(sc);
 }
 
-static void socket_comm_fini(struct loomComm* comm, int failed) {
+static void socket_comm_fini(struct loom_comm* comm, int failed) {
   void** slot = tp_comm_state(comm, &loom_transport_socket);
   struct sock_comm* sc = *slot;
   if (sc == NULL) return;

@@ -170,7 +170,7 @@ struct sock_pending {
 
 /* The transport's state for one communicator. */
 struct sock_comm {
-  struct loomComm* comm;
+  struct loom_comm* comm;
   uint64_t secret;
   int nstreams;
   size_t chunk;

@@ -69,7 +69,7 @@ static void pending_drop(struct sock_comm* sc, struct sock_pending* p, const cha
 /* Why a hello is not for us, or NULL. */
 static const char* hello_problem(const struct sock_comm* sc, const struct sock_hello* h, char* buf,
                                  size_t len) {
-  const struct loomComm* comm = sc->comm;
+  const struct loom_comm* comm = sc->comm;
   if (h->magic != SOCK_HELLO_MAGIC) return "not a Loom socket hello (garbage, or another program)";
   if (h->version != SOCK_WIRE_VERSION || h->bytes != sizeof(*h)) {
     snprintf(buf, len, "wire version %u (%u bytes); this rank speaks version %u", h->version,
@@ -542,7 +542,7 @@ static void* net_main(void* arg) {
 }
 
 loomResult_t sock_net_start(struct sock_comm* sc) {
-  struct loomComm* comm = sc->comm;
+  struct loom_comm* comm = sc->comm;
   sc->ep_fd = epoll_create1(EPOLL_CLOEXEC);
   if (sc->ep_fd < 0)
     return err_set_sub(comm, SUB_NET, loomSystemError, "epoll_create1 failed: %s", strerror(errno));

@@ -43,7 +43,7 @@ static void stream_lost(struct sock_conn* c, struct sock_stream* s, int err) {
 }
 
 void sock_stream_hello_init(struct sock_conn* c, struct sock_stream* s) {
-  struct loomComm* comm = c->base.comm;
+  struct loom_comm* comm = c->base.comm;
   struct sock_hello* h = &s->hello;
   memset(h, 0, sizeof(*h));
   h->magic = SOCK_HELLO_MAGIC;
