@@ -3,41 +3,60 @@
  *   loom_info --env    every LOOM_* variable: value, default, help */
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "collectives/coll.h"
 #include "core/params.h"
-#include "topo/tune.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "loom.h"
+#include "topo/tune.h"
 
 static const char* type_name(enum param_type t) {
   switch (t) {
-    case PARAM_STR: return "string";
-    case PARAM_INT: return "int";
-    case PARAM_SIZE: return "size";
-    case PARAM_BOOL: return "bool";
+    case PARAM_STR:
+      return "string";
+    case PARAM_INT:
+      return "int";
+    case PARAM_SIZE:
+      return "size";
+    case PARAM_BOOL:
+      return "bool";
   }
   return "?";
 }
 
-static void print_env(void) {
-  int n;
+/* The table, with each bad value marked; then one line per bad setting
+ * (what init would say). Returns 1 when a setting is bad. */
+static int print_env(void) {
+  int n, bad = 0;
   const struct param_desc* rows = params_table(&n);
   printf("%-22s %-7s %-10s %-10s %s\n", "variable", "type", "default", "value", "help");
   for (int i = 0; i < n; i++) {
     char value[128], def[64];
-    params_value_str(i, value, sizeof(value));
+    const char* why = params_bad(i);
+    const char* env = getenv(rows[i].env);
+    if (why)
+      snprintf(value, sizeof(value), "%s  <-- BAD: %s%s", env ? env : "", why,
+               rows[i].flags & P_HINT ? " (ignored: the default is used)" : "");
+    else
+      params_value_str(i, value, sizeof(value));
     size_t len = strlen(rows[i].def);
     if (len >= 2 && rows[i].def[0] == '"')
       snprintf(def, sizeof(def), "%.*s", (int)(len - 2), rows[i].def + 1);
     else
       snprintf(def, sizeof(def), "%s", rows[i].def);
-    printf("%-22s %-7s %-10s %-10s %s\n", rows[i].env, type_name(rows[i].type),
-           def[0] ? def : "(empty)", value[0] ? value : "(empty)", rows[i].help);
+    printf("%-22s %-7s %-10s %-10s %s%s\n", rows[i].env, type_name(rows[i].type),
+           def[0] ? def : "(empty)", value[0] ? value : "(empty)", rows[i].help,
+           rows[i].flags & P_AGREE ? " [same on every rank]" : "");
   }
+  if (coll_settings_check() != loomSuccess) {
+    printf("\n%s\n", loomGetLastError(NULL));
+    bad = 1;
+  }
+  return bad;
 }
 
 static void size_text(size_t b, char* buf, size_t len) {
@@ -54,10 +73,11 @@ static void size_text(size_t b, char* buf, size_t len) {
 static void print_tuning(void) {
   const struct tune_consts* k = tune_consts_get();
   size_t slice = params_get()->slice_size;
-  printf("tuning constants: step %.2f us, copy %.2f GB/s, reduce %.2f GB/s, %d cpus, "
-         "cross-memory attach %.2f GB/s\n(direct plans, oneshot/twoshot/read, are costed as between "
-         "processes: they need every rank on this host)\n",
-         k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps);
+  printf(
+      "tuning constants: step %.2f us, copy %.2f GB/s, reduce %.2f GB/s, %d cpus, "
+      "cross-memory attach %.2f GB/s\n(direct plans, oneshot/twoshot/read, are costed as between "
+      "processes: they need every rank on this host)\n",
+      k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps);
   printf("%-14s %5s  %-22s %-9s %s\n", "collective", "ranks", "sizes", "algorithm",
          "predicted time");
   const int ranks[] = {2, 4, 8, 16};
@@ -72,8 +92,8 @@ static void print_tuning(void) {
       for (size_t b = 8;; b *= 2) {
         int last = b >= (256u << 20);
         size_t nb = b * 2;
-        enum tune_algo next = last ? TUNE_ALGO_COUNT
-                                   : tune_pick_model(k, (enum tune_coll)c, n, nb, slice, avail);
+        enum tune_algo next =
+            last ? TUNE_ALGO_COUNT : tune_pick_model(k, (enum tune_coll)c, n, nb, slice, avail);
         if (next != cur) {
           char a[32], z[32], range[80];
           size_text(lo, a, sizeof(a));
@@ -120,9 +140,10 @@ static void print_info(void) {
   printf("  shm     %s (processes on one host: POSIX shared-memory FIFOs)\n",
          shm_usable() ? "yes" : "no: /dev/shm is not usable");
   printf("  socket  yes (ranks on other hosts, or all with LOOM_TRANSPORTS=socket: TCP)\n");
-  printf("  direct  %s (ranks of one host read each other's buffers: loomMemAlloc memory is\n"
-         "          mapped, other memory read by process_vm_readv, probed per communicator)\n",
-         params_get()->direct ? "allowed" : "off (LOOM_DIRECT=0)");
+  printf(
+      "  direct  %s (ranks of one host read each other's buffers: loomMemAlloc memory is\n"
+      "          mapped, other memory read by process_vm_readv, probed per communicator)\n",
+      params_get()->direct ? "allowed" : "off (LOOM_DIRECT=0)");
   printf("  p2p, verbs, ucx: not built yet\n");
   printf("algorithms:");
   for (int c = 0; c < TUNE_COLL_COUNT; c++) {
@@ -142,19 +163,17 @@ static void print_info(void) {
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--env") == 0) {
-      print_env();
-      return 0;
-    }
+    if (strcmp(argv[i], "--env") == 0) return print_env();
     if (strcmp(argv[i], "--tuning") == 0) {
       print_tuning();
       return 0;
     }
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      printf("usage: loom_info [--env | --tuning]\n"
-             "  --env     print every LOOM_* variable with its value, default and help\n"
-             "  --tuning  print, per collective, rank count and size range, the algorithm the\n"
-             "            tuner picks and the time it predicts\n");
+      printf(
+          "usage: loom_info [--env | --tuning]\n"
+          "  --env     print every LOOM_* variable with its value, default and help\n"
+          "  --tuning  print, per collective, rank count and size range, the algorithm the\n"
+          "            tuner picks and the time it predicts\n");
       return 0;
     }
     fprintf(stderr, "loom_info: unknown option %s (try --help)\n", argv[i]);

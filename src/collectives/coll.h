@@ -89,6 +89,11 @@ struct coll_comm {
 };
 
 /* comm_api.c */
+/* Every LOOM_* setting this process was started with is valid: syntax and
+ * range (params_check), and the names only the upper layers know (LOOM_ALGO,
+ * LOOM_TRANSPORTS). loomInvalidArgument with one line naming the first bad
+ * one otherwise. */
+loomResult_t coll_settings_check(void);
 loomResult_t coll_comm_init(struct loom_comm* comm);
 void coll_comm_fini(struct loom_comm* comm);
 /* Waits for a non-blocking init of comm to end (it has its own deadline);

@@ -2,6 +2,7 @@
  * which the layers come up (bootstrap, transports, collectives) and go down.
  * It lives in the top layer because it is the one place that knows them all;
  * src/core keeps only what is generic (see docs/DESIGN.md). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,7 @@ static void self_info(const struct loom_comm* comm, struct peer_info* self) {
   self->host_id = hostid && *hostid ? hash64(hostid, strlen(hostid), 0x686f7374) : host_id_get();
   self->process_token = process_token_get();
   self->machine_id = machine_id_get();
+  params_agreed_digest(self->settings);
   gethostname(self->hostname, sizeof(self->hostname) - 1);
 }
 
@@ -114,6 +116,7 @@ static loomResult_t init_body(struct loom_comm* comm, const struct boot_id* id) 
   struct peer_info self;
   self_info(comm, &self);
   LOOM_CHECK(boot_init(comm, id, &self));
+  LOOM_CHECK(comm_settings_check(comm));
   LOOM_CHECK(tp_comm_init(comm));
   LOOM_CHECK(coll_comm_init(comm));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
@@ -151,6 +154,12 @@ static void* init_thread_main(void* arg) {
   return NULL;
 }
 
+loomResult_t coll_settings_check(void) {
+  LOOM_CHECK(params_check());
+  LOOM_CHECK(tune_algo_check(params_get()->algo));
+  return tp_transports_check(params_get()->transports);
+}
+
 static loomResult_t check_config(const loomConfig_t* config) {
   if (config && config->magic != LOOM_CONFIG_MAGIC)
     return err_set(NULL, loomInvalidArgument,
@@ -171,6 +180,7 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
         NULL, loomInvalidArgument,
         "invalid argument: the unique id was not made by loomGetUniqueId of this version");
   LOOM_CHECK(check_config(config));
+  LOOM_CHECK(coll_settings_check());
   struct loom_comm* comm;
   LOOM_CHECK(comm_alloc(nranks, rank, config, &comm));
   if (comm->blocking) {
@@ -213,6 +223,7 @@ loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
   if (!uniqueId) return err_set(NULL, loomInvalidArgument, "invalid argument: uniqueId is NULL");
   _Static_assert(sizeof(struct boot_id) == LOOM_UNIQUE_ID_BYTES, "boot_id must fill the id");
   memset(uniqueId, 0, sizeof(*uniqueId));
+  LOOM_CHECK(coll_settings_check());
   return boot_id_create((struct boot_id*)uniqueId->internal);
 }
 
@@ -387,6 +398,17 @@ static const char* env_get(const char* name) {
   return v && *v ? v : NULL;
 }
 
+/* A decimal integer, the whole string. */
+static int env_int(const char* text, long long* out) {
+  char* end;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (errno || end == text || *end || !(text[0] == '-' || (text[0] >= '0' && text[0] <= '9')))
+    return -1;
+  *out = v;
+  return 0;
+}
+
 /* Finds rank, size and the root address in the families API.md lists. */
 static loomResult_t env_rendezvous(int* rank, int* size, char* root, size_t root_len) {
   static const char* const fam[][2] = {{"LOOM_RANK", "LOOM_WORLD_SIZE"},
@@ -401,14 +423,15 @@ static loomResult_t env_rendezvous(int* rank, int* size, char* root, size_t root
                    "loomCommInitFromEnv: no rank and size in the environment (LOOM_RANK/"
                    "LOOM_WORLD_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_PROCID/"
                    "SLURM_NTASKS)");
-  char* end;
-  long r = strtol(env_get(fam[f][0]), &end, 10);
-  long s = strtol(env_get(fam[f][1]), &end, 10);
-  if (s < 1 || r < 0 || r >= s)
-    return err_set(NULL, loomInvalidArgument, "invalid argument: %s=%s with %s=%s", fam[f][0],
-                   env_get(fam[f][0]), fam[f][1], env_get(fam[f][1]));
+  long long r = -1, sz = 0;
+  if (env_int(env_get(fam[f][0]), &r) != 0 || env_int(env_get(fam[f][1]), &sz) != 0 || sz < 1 ||
+      sz > INT32_MAX || r < 0 || r >= sz)
+    return err_set(NULL, loomInvalidArgument,
+                   "invalid argument: loomCommInitFromEnv: %s=%s with %s=%s: the rank must be an "
+                   "integer from 0 to the size - 1, the size an integer from 1",
+                   fam[f][0], env_get(fam[f][0]), fam[f][1], env_get(fam[f][1]));
   *rank = (int)r;
-  *size = (int)s;
+  *size = (int)sz;
   const char* loom_root = env_get("LOOM_ROOT");
   const char *maddr = env_get("MASTER_ADDR"), *mport = env_get("MASTER_PORT");
   /* The torchrun family names its own root first; every other family takes
@@ -429,6 +452,7 @@ static loomResult_t env_rendezvous(int* rank, int* size, char* root, size_t root
 loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   if (!comm) return err_set(NULL, loomInvalidArgument, "invalid argument: comm pointer is NULL");
   LOOM_CHECK(check_config(config));
+  LOOM_CHECK(coll_settings_check());
   int rank = 0, size = 0;
   char root[256];
   LOOM_CHECK(env_rendezvous(&rank, &size, root, sizeof(root)));

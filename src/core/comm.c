@@ -96,6 +96,30 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
   comm_wake(comm);
 }
 
+loomResult_t comm_settings_check(struct loom_comm* comm) {
+  for (int k = 0; k < params_agreed_count(); k++) {
+    char ranks[160] = "", mine[200];
+    size_t used = 0;
+    int differ = 0;
+    for (int r = 1; r < comm->nranks; r++) {
+      if (comm->peers[r].settings[k] == comm->peers[0].settings[k]) continue;
+      if (differ++ < 16)
+        used +=
+            (size_t)snprintf(ranks + used, sizeof(ranks) - used, "%s%d", differ > 1 ? "," : "", r);
+      else if (differ == 17)
+        snprintf(ranks + used, sizeof(ranks) - used, ",...");
+    }
+    if (!differ) continue;
+    params_agreed_value(k, mine, sizeof(mine));
+    return err_set_sub(comm, SUB_INIT, loomInvalidUsage,
+                       "%s is not the same on every rank: rank%s %s %s another value than rank 0 "
+                       "(this rank has '%s'); set it alike on every rank",
+                       params_agreed_env(k), differ > 1 ? "s" : "", ranks,
+                       differ > 1 ? "have" : "has", mine);
+  }
+  return loomSuccess;
+}
+
 void comm_wake(struct loom_comm* comm) {
   void* arg = __atomic_load_n(&comm->wake_arg, __ATOMIC_ACQUIRE);
   void (*fn)(void*) = __atomic_load_n(&comm->wake_fn, __ATOMIC_ACQUIRE);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "loom.h"
+#include "params.h"
 #include "util.h"
 
 #define LOOM_ERR_LEN 512
@@ -21,9 +22,10 @@ struct peer_info {
   int32_t pid;
   int32_t cuda_dev; /* -1 for host ranks */
   int32_t pad0;
-  uint64_t host_id;       /* host_id_get(): boot id + network namespace */
-  uint64_t process_token; /* process_token_get() */
-  uint64_t machine_id;    /* machine_id_get(): whose cores this rank shares */
+  uint64_t host_id;                     /* host_id_get(): boot id + network namespace */
+  uint64_t process_token;               /* process_token_get() */
+  uint64_t machine_id;                  /* machine_id_get(): whose cores this rank shares */
+  uint64_t settings[PARAMS_AGREED_MAX]; /* params_agreed_digest(): what ranks must agree on */
   char hostname[64];
 };
 
@@ -95,6 +97,11 @@ static inline loomComm_t comm_handle(const struct loom_comm* comm) {
  * with code, once; later calls keep the first cause. Wakes waiters. */
 void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* loomSuccess when every rank has the same value of each setting they must
+ * agree on (params_agreed_*, from the peer table); otherwise
+ * loomInvalidUsage naming the variable and the ranks that differ from rank
+ * 0. Every rank reaches the same verdict. Pure, apart from the error. */
+loomResult_t comm_settings_check(struct loom_comm* comm);
 /* Calls the wake hook, if set (any thread). */
 void comm_wake(struct loom_comm* comm);
 /* Sets the wake hook; fn NULL clears it. */

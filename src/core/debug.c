@@ -1,6 +1,7 @@
 /* debug.c - log lines: "host:pid:tid LOOM WARN file:line message". */
 #include "debug.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,10 +22,11 @@ static char log_host[64];
 static const struct {
   const char* name;
   unsigned bit;
-} subsys_names[] = {{"INIT", SUB_INIT}, {"BOOTSTRAP", SUB_BOOTSTRAP}, {"COLL", SUB_COLL},
-                    {"P2P", SUB_P2P},   {"SHM", SUB_SHM},             {"NET", SUB_NET},
-                    {"TUNE", SUB_TUNE}, {"ENV", SUB_ENV},             {"ALLOC", SUB_ALLOC},
-                    {"ALL", SUB_ALL}};
+} subsys_names[] = {{"INIT", SUB_INIT},   {"BOOTSTRAP", SUB_BOOTSTRAP},
+                    {"COLL", SUB_COLL},   {"P2P", SUB_P2P},
+                    {"SHM", SUB_SHM},     {"NET", SUB_NET},
+                    {"TUNE", SUB_TUNE},   {"ENV", SUB_ENV},
+                    {"ALLOC", SUB_ALLOC}, {"ALL", SUB_ALL}};
 
 unsigned log_parse_subsys(const char* text) {
   int invert = 0;
@@ -42,6 +44,30 @@ unsigned log_parse_subsys(const char* text) {
       if (strcasecmp(tok, subsys_names[i].name) == 0) mask |= subsys_names[i].bit;
   }
   return invert ? (SUB_ALL & ~mask) : mask;
+}
+
+int log_subsys_check(const char* text, char* why, size_t len) {
+  if (!text || !*text) return 0;
+  const char* p = text + (*text == '^');
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", p);
+  char* save = NULL;
+  int n = 0;
+  for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
+    size_t i = 0;
+    while (i < sizeof(subsys_names) / sizeof(subsys_names[0]) &&
+           strcasecmp(tok, subsys_names[i].name) != 0)
+      i++;
+    if (i == sizeof(subsys_names) / sizeof(subsys_names[0])) {
+      snprintf(why, len, "'%s' is not a subsystem", tok);
+      return -1;
+    }
+  }
+  if (n == 0 || strstr(p, ",,") || p[strlen(p) - 1] == ',') {
+    snprintf(why, len, "'%s' has an empty name", text);
+    return -1;
+  }
+  return 0;
 }
 
 /* Expands %h (host) and %p (pid) in LOOM_DEBUG_FILE. */
@@ -63,10 +89,13 @@ static void expand_path(const char* in, char* out, size_t len) {
 static void log_setup(void) {
   const struct loom_params* pm = params_get();
   gethostname(log_host, sizeof(log_host) - 1);
-  int level = LOG_WARN;
-  if (strcasecmp(pm->debug, "INFO") == 0) level = LOG_INFO;
-  else if (strcasecmp(pm->debug, "TRACE") == 0) level = LOG_TRACE;
-  else if (strcasecmp(pm->debug, "NONE") == 0) level = LOG_NONE;
+  int level = LOG_WARN, file_err = 0;
+  if (strcasecmp(pm->debug, "INFO") == 0)
+    level = LOG_INFO;
+  else if (strcasecmp(pm->debug, "TRACE") == 0)
+    level = LOG_TRACE;
+  else if (strcasecmp(pm->debug, "NONE") == 0)
+    level = LOG_NONE;
   log_mask_now = log_parse_subsys(pm->debug_subsys);
   log_file = stderr;
   if (pm->debug_file[0]) {
@@ -77,12 +106,18 @@ static void log_setup(void) {
       setvbuf(f, NULL, _IOLBF, 0);
       log_file = f;
     }
+    file_err = f ? 0 : errno;
   }
   __atomic_store_n(&log_level_now, level, __ATOMIC_RELEASE);
+  if (file_err)
+    LOOM_WARN(SUB_ENV, "cannot open LOOM_DEBUG_FILE=%s (%s): logging to stderr", pm->debug_file,
+              strerror(file_err));
   params_log_changed();
 }
 
-void log_init(void) { pthread_once(&log_once, log_setup); }
+void log_init(void) {
+  pthread_once(&log_once, log_setup);
+}
 
 void log_emit(enum log_level level, unsigned subsys, const char* file, int line, const char* fmt,
               ...) {

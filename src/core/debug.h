@@ -3,6 +3,7 @@
 #define LOOM_CORE_DEBUG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 enum log_level { LOG_NONE = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_TRACE = 3 };
 
@@ -58,5 +59,7 @@ static inline int log_on(int level, unsigned subsys) {
 
 /* Parses a subsystem list such as "INIT,COLL" or "^SHM". Returns the mask. */
 unsigned log_parse_subsys(const char* text);
+/* 0 when text is such a list of known names, else -1 with why. Pure. */
+int log_subsys_check(const char* text, char* why, size_t len);
 
 #endif

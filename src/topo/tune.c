@@ -11,11 +11,12 @@
 #include "../core/params.h"
 #include "../core/util.h"
 
-static const char* const algo_names[TUNE_ALGO_COUNT] = {
-    "ring", "tree", "rhd", "pairwise", "bruck", "direct", "oneshot", "twoshot", "read", "hier", "doubling"};
-static const char* const coll_names[TUNE_COLL_COUNT] = {
-    "allreduce", "broadcast", "reduce", "allgather", "reducescatter",
-    "alltoall",  "alltoallv", "gather", "scatter"};
+static const char* const algo_names[TUNE_ALGO_COUNT] = {"ring",  "tree",   "rhd",     "pairwise",
+                                                        "bruck", "direct", "oneshot", "twoshot",
+                                                        "read",  "hier",   "doubling"};
+static const char* const coll_names[TUNE_COLL_COUNT] = {"allreduce", "broadcast",     "reduce",
+                                                        "allgather", "reducescatter", "alltoall",
+                                                        "alltoallv", "gather",        "scatter"};
 
 const char* tune_algo_name(enum tune_algo a) {
   return (unsigned)a < TUNE_ALGO_COUNT ? algo_names[a] : "unknown";
@@ -27,6 +28,41 @@ int tune_algo_parse(const char* name) {
   for (int a = 0; a < TUNE_ALGO_COUNT; a++)
     if (strcasecmp(name, algo_names[a]) == 0) return a;
   return -1;
+}
+
+/* Checks the names of LOOM_ALGO ("family" or "coll:family;..."; its syntax
+ * was checked by params.c). */
+loomResult_t tune_algo_check(const char* spec) {
+  char buf[256], why[160], acc[400];
+  size_t used = (size_t)snprintf(acc, sizeof(acc), "a family (");
+  for (int a = 0; a < TUNE_ALGO_COUNT; a++)
+    used += (size_t)snprintf(acc + used, sizeof(acc) - used, "%s%s", a ? ", " : "", algo_names[a]);
+  used += (size_t)snprintf(acc + used, sizeof(acc) - used,
+                           "), or coll:family pairs separated by ; "
+                           "where coll is ");
+  for (int c = 0; c < TUNE_COLL_COUNT && used < sizeof(acc); c++)
+    used += (size_t)snprintf(acc + used, sizeof(acc) - used, "%s%s", c ? ", " : "", coll_names[c]);
+  if (!spec || !*spec) return loomSuccess;
+  snprintf(buf, sizeof(buf), "%s", spec);
+  char* save = NULL;
+  for (char* tok = strtok_r(buf, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
+    char* colon = strchr(tok, ':');
+    const char* family = colon ? colon + 1 : tok;
+    if (colon) {
+      *colon = '\0';
+      int c = 0;
+      while (c < TUNE_COLL_COUNT && strcasecmp(tok, coll_names[c]) != 0) c++;
+      if (c == TUNE_COLL_COUNT) {
+        snprintf(why, sizeof(why), "'%s' is not a collective", tok);
+        return params_reject("LOOM_ALGO", why, acc);
+      }
+    }
+    if (tune_algo_parse(family) < 0) {
+      snprintf(why, sizeof(why), "'%s' is not an algorithm family", family);
+      return params_reject("LOOM_ALGO", why, acc);
+    }
+  }
+  return loomSuccess;
 }
 
 /* ---- The model ---- */
@@ -101,14 +137,16 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
      * is one copy (cross-memory attach) or a load before it is reduced. */
     case TUNE_ONESHOT: {
       double D = read_bw(k), reads = (n - 1) * slices(S, sl);
-      return 2 * sync_us(k, n) + reads * read_call(k) + (n - 1) * S / D + (n - 1) * S / R + 2 * S / B;
+      return 2 * sync_us(k, n) + reads * read_call(k) + (n - 1) * S / D + (n - 1) * S / R +
+             2 * S / B;
     }
     case TUNE_TWOSHOT: {
       double reads = (n - 1) * (slices(S / n, sl) + 1);
       return 3 * sync_us(k, n) + reads * read_call(k) + 2.0 * (n - 1) / n * S / read_bw(k) +
              (double)(n - 1) / n * S / R;
     }
-    default: return -1;
+    default:
+      return -1;
   }
 }
 
@@ -117,11 +155,16 @@ static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, d
   double B = 2 * k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3, D = read_bw(k);
   double part = (double)(n - 1) / n * S, calls = (n - 1) * read_call(k);
   switch (coll) {
-    case TUNE_ALLGATHER: return 2 * sync_us(k, n) + calls + part / D + S / n / B;
-    case TUNE_REDUCESCATTER: return 2 * sync_us(k, n) + calls + part / D + part / R;
-    case TUNE_BROADCAST: return 2 * sync_us(k, n) + read_call(k) + S / D;
-    case TUNE_ALLTOALL: return 2 * sync_us(k, n) + calls + part / D + S / B;
-    default: return -1;
+    case TUNE_ALLGATHER:
+      return 2 * sync_us(k, n) + calls + part / D + S / n / B;
+    case TUNE_REDUCESCATTER:
+      return 2 * sync_us(k, n) + calls + part / D + part / R;
+    case TUNE_BROADCAST:
+      return 2 * sync_us(k, n) + read_call(k) + S / D;
+    case TUNE_ALLTOALL:
+      return 2 * sync_us(k, n) + calls + part / D + S / B;
+    default:
+      return -1;
   }
 }
 
@@ -156,7 +199,9 @@ static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tun
   double t = -1;
   if (a == TUNE_READ) return read_us(k, coll, n, S);
   switch (coll) {
-    case TUNE_ALLREDUCE: t = allreduce_us(k, a, n, S, sl); break;
+    case TUNE_ALLREDUCE:
+      t = allreduce_us(k, a, n, S, sl);
+      break;
     case TUNE_BROADCAST:
     case TUNE_REDUCE: {
       double red = coll == TUNE_REDUCE ? S / R : 0;
@@ -182,7 +227,8 @@ static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tun
     }
     case TUNE_ALLTOALL:
     case TUNE_ALLTOALLV:
-      if (a == TUNE_PAIRWISE) t = (n - 1) * slices(S / n, sl) * k->step_us + (double)(n - 1) / n * S / B;
+      if (a == TUNE_PAIRWISE)
+        t = (n - 1) * slices(S / n, sl) * k->step_us + (double)(n - 1) / n * S / B;
       if (a == TUNE_BRUCK && coll == TUNE_ALLTOALL)
         t = log2_ceil(n) * (k->step_us + S / 2 / B) + 2 * S / B;
       break;
@@ -190,7 +236,8 @@ static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tun
     case TUNE_SCATTER:
       if (a == TUNE_DIRECT) t = k->step_us + (double)(n - 1) / n * S / B;
       break;
-    default: break;
+    default:
+      break;
   }
   return t;
 }
@@ -224,7 +271,8 @@ static double hier_us(const struct tune_consts* k, double S, double sl) {
   double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
   double steps = (L - 1) * slices(S / L, sl) * k->step_us, part = (double)(L - 1) / L * S;
   struct tune_consts net = cross_consts(k);
-  double cross = allreduce_us(&net, tune_hier_cross(k, H, (size_t)(S / L), (size_t)sl), H, S / L, sl);
+  double cross =
+      allreduce_us(&net, tune_hier_cross(k, H, (size_t)(S / L), (size_t)sl), H, S / L, sl);
   return 2 * steps + 2 * part / B + part / R + cross;
 }
 
@@ -285,8 +333,8 @@ static const char* forced_for(const char* spec, const char* coll, char* buf, siz
   return NULL;
 }
 
-enum tune_algo tune_pick(const struct tune_consts* k, enum tune_coll coll, int nranks,
-                         size_t bytes, size_t slice_bytes, unsigned avail) {
+enum tune_algo tune_pick(const struct tune_consts* k, enum tune_coll coll, int nranks, size_t bytes,
+                         size_t slice_bytes, unsigned avail) {
   char buf[256];
   const char* want = forced_for(params_get()->algo, tune_coll_name(coll), buf, sizeof(buf));
   if (want) {

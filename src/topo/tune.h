@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include "loom.h"
+
 /* Same order as the collectives layer's enum coll_kind. */
 enum tune_coll {
   TUNE_ALLREDUCE = 0,
@@ -110,5 +112,9 @@ const char* tune_coll_name(enum tune_coll c);
 /* Parses an algorithm name ("ring", "tree", "rhd", "pairwise", "bruck",
  * "direct", "oneshot", "twoshot", "read", "hier", "doubling"); -1 if unknown. */
 int tune_algo_parse(const char* name);
+/* loomSuccess when LOOM_ALGO's value spec names only known collectives and
+ * families; otherwise loomInvalidArgument naming the unknown name and what
+ * is accepted (params_reject). */
+loomResult_t tune_algo_check(const char* spec);
 
 #endif

@@ -30,7 +30,7 @@ _Static_assert(sizeof(struct rank_seg) <= RANK_SEG_BYTES, "the rank segment outg
 struct tp_comm {
   struct rank_seg* self_seg;
   struct rank_seg** peer_segs; /* NULL where the peer is on another host */
-  struct conn** send_conns; /* [lane * nranks + peer] */
+  struct conn** send_conns;    /* [lane * nranks + peer] */
   struct conn** recv_conns;
   int spin;
   int same_host_ranks;
@@ -45,7 +45,6 @@ static const struct loom_transport* const all_transports[] = {
     &loom_transport_local, &loom_transport_shm, &loom_transport_socket};
 #define NTRANSPORTS ((int)(sizeof(all_transports) / sizeof(all_transports[0])))
 _Static_assert(NTRANSPORTS <= TP_MAX_TRANSPORTS, "raise TP_MAX_TRANSPORTS");
-
 
 /* The transport that joins rank a to rank b, or NULL. can_connect is a pure
  * query: a failure of it counts as "cannot". */
@@ -78,7 +77,9 @@ loomResult_t tp_comm_init_none(struct loom_comm* comm, int used) {
   return loomSuccess;
 }
 
-void tp_helper_thread_add(struct loom_comm* comm) { comm->tp->helper_threads++; }
+void tp_helper_thread_add(struct loom_comm* comm) {
+  comm->tp->helper_threads++;
+}
 
 void tp_idle(struct loom_comm* comm) {
   for (int i = 0; i < NTRANSPORTS; i++)
@@ -110,13 +111,15 @@ static loomResult_t rank_seg_create(struct loom_comm* comm, struct rank_seg** ou
     int e = errno;
     close(fd);
     shm_unlink(name);
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "ftruncate(%s) failed: %s", name, strerror(e));
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "ftruncate(%s) failed: %s", name,
+                       strerror(e));
   }
   void* p = mmap(NULL, RANK_SEG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
     shm_unlink(name);
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap(%s) failed: %s", name, strerror(errno));
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap(%s) failed: %s", name,
+                       strerror(errno));
   }
   struct rank_seg* seg = p;
   atomic_store(&seg->magic, RANK_SEG_MAGIC);
@@ -130,11 +133,13 @@ static loomResult_t rank_seg_open(struct loom_comm* comm, int peer, struct rank_
   int fd = shm_open(name, O_RDWR, 0600);
   if (fd < 0)
     return err_set_sub(comm, SUB_SHM, loomSystemError,
-                       "cannot open the shared segment %s of peer %d: %s", name, peer, strerror(errno));
+                       "cannot open the shared segment %s of peer %d: %s", name, peer,
+                       strerror(errno));
   void* p = mmap(NULL, RANK_SEG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED)
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", name, strerror(errno));
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", name,
+                       strerror(errno));
   if (atomic_load(&((struct rank_seg*)p)->magic) != RANK_SEG_MAGIC) {
     munmap(p, RANK_SEG_BYTES);
     return err_set_sub(comm, SUB_SHM, loomInternalError, "segment %s of peer %d is not initialised",
@@ -179,7 +184,8 @@ loomResult_t tp_comm_init(struct loom_comm* comm) {
   char name[64];
   rank_seg_name(comm, comm->rank, name, sizeof(name));
   shm_unlink(name);
-  for (int i = 0; i < NTRANSPORTS; i++) tp->allowed[i] = tp_transport_allowed(all_transports[i]->name);
+  for (int i = 0; i < NTRANSPORTS; i++)
+    tp->allowed[i] = tp_transport_allowed(all_transports[i]->name);
   LOOM_CHECK(transports_comm_init(comm));
   /* A transport's own thread (sockets' network thread) needs a core too:
    * spinning would take it. Ranks of other hosts on this machine (network
@@ -217,7 +223,8 @@ void tp_comm_fini(struct loom_comm* comm) {
     }
   }
   for (int p = 0; p < comm->nranks && tp->peer_segs; p++)
-    if (tp->peer_segs[p] && tp->peer_segs[p] != tp->self_seg) munmap(tp->peer_segs[p], RANK_SEG_BYTES);
+    if (tp->peer_segs[p] && tp->peer_segs[p] != tp->self_seg)
+      munmap(tp->peer_segs[p], RANK_SEG_BYTES);
   if (tp->self_seg) munmap(tp->self_seg, RANK_SEG_BYTES);
   free(tp->peer_segs);
   free(tp->send_conns);
@@ -235,6 +242,26 @@ int tp_transport_allowed(const char* name) {
   for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
     if (strcasecmp(tok, name) == 0) return 1;
   return 0;
+}
+
+loomResult_t tp_transports_check(const char* list) {
+  char buf[256], why[160], acc[160];
+  size_t used = (size_t)snprintf(acc, sizeof(acc), "a comma list of ");
+  for (int i = 0; i < NTRANSPORTS; i++)
+    used += (size_t)snprintf(acc + used, sizeof(acc) - used, "%s%s", i ? ", " : "",
+                             all_transports[i]->name);
+  if (!list || !*list) return loomSuccess;
+  snprintf(buf, sizeof(buf), "%s", list);
+  char* save = NULL;
+  for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int i = 0;
+    while (i < NTRANSPORTS && strcasecmp(tok, all_transports[i]->name) != 0) i++;
+    if (i == NTRANSPORTS) {
+      snprintf(why, sizeof(why), "'%s' is not a transport of this build", tok);
+      return params_reject("LOOM_TRANSPORTS", why, acc);
+    }
+  }
+  return loomSuccess;
 }
 
 void tp_comm_cancel(struct loom_comm* comm) {
@@ -263,28 +290,35 @@ loomResult_t tp_conn_get(struct loom_comm* comm, int peer, int is_send, int lane
     *conn_out = *slot;
     return loomSuccess;
   }
-  return err_set_sub(comm, SUB_INIT, loomInvalidUsage,
-                     "no transport can reach peer %d (host %s) from host %s with LOOM_TRANSPORTS='%s'"
-                     "; transports here: %s",
-                     peer, comm->peers[peer].hostname, comm->peers[comm->rank].hostname,
-                     params_get()->transports, tp_list_available());
+  return err_set_sub(
+      comm, SUB_INIT, loomInvalidUsage,
+      "no transport can reach peer %d (host %s) from host %s with LOOM_TRANSPORTS='%s'"
+      "; transports here: %s",
+      peer, comm->peers[peer].hostname, comm->peers[comm->rank].hostname, params_get()->transports,
+      tp_list_available());
 }
 
-struct bell* tp_self_bell(struct loom_comm* comm) { return &comm->tp->self_seg->bell; }
+struct bell* tp_self_bell(struct loom_comm* comm) {
+  return &comm->tp->self_seg->bell;
+}
 
 struct bell* tp_peer_bell(struct loom_comm* comm, int peer) {
   struct rank_seg* s = comm->tp->peer_segs[peer];
   return s ? &s->bell : NULL;
 }
 
-int tp_spin_count(struct loom_comm* comm) { return comm->tp->spin; }
+int tp_spin_count(struct loom_comm* comm) {
+  return comm->tp->spin;
+}
 
 struct peer_pub* tp_pub(struct loom_comm* comm, int rank) {
   struct rank_seg* s = comm->tp->peer_segs[rank];
   return s ? &s->pub : NULL;
 }
 
-struct peer_state** tp_peer_state_slot(struct loom_comm* comm) { return &comm->tp->peer; }
+struct peer_state** tp_peer_state_slot(struct loom_comm* comm) {
+  return &comm->tp->peer;
+}
 
 const char* tp_list_available(void) {
   return "local (thread ranks of one process), shm (processes on one host), socket (TCP, any "

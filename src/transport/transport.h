@@ -142,6 +142,10 @@ const char* tp_list_available(void);
  * and for loomMemAlloc memory (mapped by the peer), cross-memory attach
  * (process_vm_readv) for any other memory. Peers only read. */
 
+/* loomSuccess when every name of LOOM_TRANSPORTS's value list is a
+ * transport of this build; otherwise loomInvalidArgument naming it
+ * (params_reject). */
+loomResult_t tp_transports_check(const char* list);
 /* 1 when LOOM_TRANSPORTS allows the transport of that name. */
 int tp_transport_allowed(const char* name);
 /* 1 when every rank of comm is on this host and can read every other's
