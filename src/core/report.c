@@ -48,8 +48,9 @@ void report_blame(int peer_pid) {
   struct report_msg msg = {.magic = REPORT_MAGIC, .version = REPORT_VERSION, .peer_pid = peer_pid};
   ssize_t n = send(g_channel_fd, &msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n != (ssize_t)sizeof(msg))
-    LOOM_INFO(SUB_INIT, "could not tell loomrun that peer process %d failed: %s", peer_pid,
+    LOOM_INFO(SUB_INIT, "could not tell the launcher that peer process %d failed: %s", peer_pid,
               n < 0 ? strerror(errno) : "short send");
   else
-    LOOM_INFO(SUB_INIT, "told loomrun this process failed because process %d failed", peer_pid);
+    LOOM_INFO(SUB_INIT, "told the launcher this process failed because process %d failed",
+              peer_pid);
 }
