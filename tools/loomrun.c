@@ -795,7 +795,8 @@ static void reap_ranks(struct run* r) {
 }
 
 /* Every forwarded signal reaches the ranks; the terminating ones also start the stop, with
- * the signal itself in place of SIGTERM. */
+ * the signal itself in place of SIGTERM. A failure being decided came first: it is named at
+ * once, with what is known, and keeps its status. */
 static void on_signal(struct run* r, int sig) {
   if (sig == SIGCHLD) return; /* reap_ranks runs after every wakeup */
   int stops = sig != SIGUSR1 && sig != SIGUSR2;
