@@ -3,9 +3,9 @@
  *   loomrun -n N [options] PROGRAM [ARGS...]
  *
  * Every rank gets the variables loomCommInitFromEnv reads (LOOM_RANK, LOOM_WORLD_SIZE, LOOM_ROOT,
- * LOOM_SECRET, LOOM_LOCAL_RANK, LOOM_LOCAL_SIZE) and runs in its own process group, so that
- * loomrun can signal a rank together with whatever it started. The ranks die with loomrun
- * (PR_SET_PDEATHSIG) even when loomrun itself is killed -9.
+ * LOOM_SECRET, LOOM_LOCAL_RANK, LOOM_LOCAL_SIZE) and LOOM_RUN_FD (below), and runs in its own
+ * process group, so that loomrun can signal a rank together with whatever it started. The
+ * ranks die with loomrun (PR_SET_PDEATHSIG) even when loomrun itself is killed -9.
  *
  * One thread, one poll loop. Signals are blocked and read from a signalfd, so a signal is just
  * another readable fd and the loop never races with a handler. With --prefix the ranks' stdout
@@ -15,6 +15,23 @@
  * the stop: the ranks get SIGTERM (or the signal loomrun got), SIGKILL --grace seconds later,
  * and loomrun waits a bounded time for them to die. Nothing here waits without a deadline
  * except the run itself when no --timeout was given.
+ *
+ * The first failing rank is the one whose failure made the others fail, which is not always
+ * the first one reaped: ranks that die close together are all zombies when loomrun wakes, the
+ * kernel hands them over in fork order and keeps no time of death. The library knows the
+ * causes, so loomrun asks it: before forking it makes an AF_UNIX datagram socket pair, keeps
+ * the read end (with SO_PASSCRED, so the kernel names each sender's pid) and leaves the write
+ * end open in every rank, named by LOOM_RUN_FD. A rank whose communicator fails because a peer
+ * failed sends one message there naming that peer's pid (src/core/report.h). When a rank fails,
+ * loomrun reaps every rank that has died, reads every message, and follows the blame from
+ * rank to rank through ranks that failed too (a bounded walk: a cycle has no end and counts as
+ * no blame); the rank at the end of the chain is the cause. If that chain points at a rank not
+ * yet reaped, loomrun waits for it up to CAUSE_WAIT_MS, still serving signals and output,
+ * before it stops anyone, so that the cause's own status is the one reported. Among several
+ * ends (ranks that failed together, each for reasons of its own), one killed by a crash signal
+ * (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) comes first, then one that others blame, then the
+ * first reaped. So without messages (a program that does not use Loom), a crash beats a
+ * non-zero exit among the ranks reaped together, and otherwise fork order decides, as before.
  *
  * Exit status: 0 when every rank exits 0; otherwise that of the first failing rank (its exit
  * code, or 128 + the signal that killed it); 124 after --timeout; 128 + S when loomrun was
@@ -42,11 +59,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/report.h"
+
 #define LOOMRUN_VERSION "0.1.0"
 #define MAX_RANKS 4096
 #define LINE_CAP 65536               /* longer lines are split; shorter ones stay whole */
 #define OBUF_CAP (2 * LINE_CAP + 64) /* a pending part, a read's worth, prefix and '\n' */
 #define KILL_WAIT_MIN_MS 1000        /* floor for waiting after SIGKILL and for draining pipes */
+#define CAUSE_WAIT_MS 500            /* longest wait for a blamed rank to die before reporting */
+#define LIST_MAX 8                   /* ranks named in one message; the rest are counted */
 
 enum { EXIT_USAGE = 2, EXIT_TIMEOUT = 124, EXIT_INTERNAL = 125, EXIT_NOEXEC = 127 };
 
@@ -69,6 +90,12 @@ struct stream {
 
 struct rank {
   pid_t pid;            /* 0 once reaped or given up */
+  pid_t started;        /* the pid it was started with: cause messages name it after the reap */
+  int code;             /* once reaped: its exit code, or 128 + the signal that killed it */
+  int how, status;      /* once reaped: si_code (CLD_EXITED, ...) and si_status */
+  int fail_seq;         /* 1 + the order in which it was reaped with a failure; 0: it was not */
+  int blame;            /* the rank it says made it fail, or -1 */
+  int cause, echoes;    /* decide()'s: where its blame leads, and how many failed because of it */
   struct stream out[2]; /* the rank's stdout and stderr */
 };
 
@@ -80,7 +107,9 @@ struct obuf {
   char data[OBUF_CAP];
 };
 
-enum run_state { RUN_RUNNING, RUN_STOPPING, RUN_KILLED, RUN_DRAINING };
+/* RUN_DECIDING: a rank failed and loomrun waits (CAUSE_WAIT_MS at most) for the rank it
+ * blames to die before it names the cause and stops the others. */
+enum run_state { RUN_RUNNING, RUN_DECIDING, RUN_STOPPING, RUN_KILLED, RUN_DRAINING };
 
 struct run {
   struct options opt;
@@ -88,6 +117,9 @@ struct run {
   int nlive;    /* ranks not yet reaped */
   int nstreams; /* pipes still open */
   int sigfd;
+  int cause_fd;  /* read end of the cause channel */
+  int cause_wfd; /* its write end, for the ranks; -1 once they are started */
+  int nfailed;   /* ranks reaped with a failure while RUNNING or DECIDING */
   enum run_state state;
   int64_t timeout_at, deadline; /* ms, CLOCK_MONOTONIC; deadline belongs to the state */
   int exit_code;
@@ -164,14 +196,19 @@ static void print_help(void) {
       "  -h, --help            this help\n"
       "      --version         loomrun's version\n"
       "  --                    ends the options\n\n"
-      "Each rank gets LOOM_RANK, LOOM_WORLD_SIZE, LOOM_ROOT, LOOM_SECRET, LOOM_LOCAL_RANK\n"
-      "and LOOM_LOCAL_SIZE. Rank 0 reads loomrun's stdin (unless it is a terminal), the\n"
-      "others /dev/null. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are\n"
+      "Each rank gets LOOM_RANK, LOOM_WORLD_SIZE, LOOM_ROOT, LOOM_SECRET, LOOM_LOCAL_RANK,\n"
+      "LOOM_LOCAL_SIZE and LOOM_RUN_FD, a socket on which Loom tells loomrun which peer's\n"
+      "failure made the rank fail. Rank 0 reads loomrun's stdin (unless it is a terminal),\n"
+      "the others /dev/null. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are\n"
       "forwarded to the ranks; the first four also stop the run.\n\n"
+      "The first failing rank is the one whose failure made the others fail, as Loom\n"
+      "reports it (loomrun waits up to %d ms for a rank so blamed to die); without\n"
+      "reports, among ranks that failed together, one killed by SIGSEGV, SIGBUS, SIGILL,\n"
+      "SIGFPE or SIGABRT comes before one that exited non-zero.\n\n"
       "Exit status: 0 if all ranks exit 0, else the first failing rank's status (128+signal\n"
       "if it was killed), 124 on --timeout, 128+S if loomrun got signal S, 2 for bad usage,\n"
       "127 if PROGRAM cannot be run, 125 if loomrun itself failed.\n",
-      MAX_RANKS);
+      MAX_RANKS, CAUSE_WAIT_MS);
 }
 
 /* ---- Options -------------------------------------------------------------- */
@@ -196,7 +233,8 @@ static double parse_seconds(const char* s, const char* what, double lo) {
 
 static int is_launcher_var(const char* name, size_t len) {
   static const char* const vars[] = {"LOOM_RANK",   "LOOM_WORLD_SIZE", "LOOM_ROOT",
-                                     "LOOM_SECRET", "LOOM_LOCAL_RANK", "LOOM_LOCAL_SIZE"};
+                                     "LOOM_SECRET", "LOOM_LOCAL_RANK", "LOOM_LOCAL_SIZE",
+                                     "LOOM_RUN_FD"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
     if (strlen(vars[i]) == len && memcmp(vars[i], name, len) == 0) return 1;
   return 0;
@@ -371,6 +409,32 @@ static int program_check(const char* prog) {
   }
 }
 
+/* The cause channel (see the top of this file). The write end is left open across exec in
+ * every rank; the read end is loomrun's alone. Never blocks. */
+static int cause_open(struct run* r) {
+  int sv[2], on = 1;
+  if (socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) != 0) {
+    say("cannot make the cause socket: %s", strerror(errno));
+    return -1;
+  }
+  /* Room for a message from every rank even before loomrun reads any; the kernel caps it. */
+  int sndbuf = r->opt.np > 128 ? r->opt.np * 1024 : 128 * 1024;
+  char num[16];
+  snprintf(num, sizeof num, "%d", sv[1]);
+  if (fcntl(sv[0], F_SETFD, FD_CLOEXEC) || fcntl(sv[0], F_SETFL, O_NONBLOCK) ||
+      setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &on, sizeof on) ||
+      setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf) ||
+      setenv("LOOM_RUN_FD", num, 1)) {
+    say("cannot set up the cause socket: %s", strerror(errno));
+    close(sv[0]);
+    close(sv[1]);
+    return -1;
+  }
+  r->cause_fd = sv[0];
+  r->cause_wfd = sv[1];
+  return 0;
+}
+
 static int raise_fd_limit(struct run* r) {
   rlim_t need = 64 + (r->opt.prefix ? 2 * (rlim_t)r->opt.np : 0);
   getrlimit(RLIMIT_NOFILE, &r->orig_nofile);
@@ -446,7 +510,7 @@ static int rank_start(struct run* r, int rank) {
   }
   if (pid == 0) rank_exec(r, rank, pipes);
   setpgid(pid, pid); /* also here, so that the group exists before we might signal it */
-  rk->pid = pid;
+  rk->pid = rk->started = pid;
   r->nlive++;
   for (int s = 0; s < 2 && r->opt.prefix; s++) {
     close(pipes[s][1]);
@@ -548,7 +612,7 @@ static void stream_read(struct run* r, int rank, int which) {
   }
 }
 
-/* ---- Supervising ---------------------------------------------------------- */
+/* ---- Stopping ------------------------------------------------------------- */
 
 static void signal_ranks(struct run* r, int sig) {
   for (int i = 0; i < r->opt.np; i++)
@@ -564,41 +628,180 @@ static void stop_begin(struct run* r, int sig, int exit_code) {
   signal_ranks(r, sig);
 }
 
-static void rank_report(struct run* r, int rank, const siginfo_t* si) {
-  int code = si->si_code == CLD_EXITED ? si->si_status : 128 + si->si_status;
-  if (code == 0 || r->state != RUN_RUNNING) return;
-  const char* rest = r->nlive > 0 ? "; stopping the other ranks" : "";
-  if (si->si_code == CLD_EXITED)
-    say("rank %d exited with status %d%s", rank, si->si_status, rest);
-  else
-    say("rank %d was killed by signal %d (%s)%s%s", rank, si->si_status, strsignal(si->si_status),
-        si->si_code == CLD_DUMPED ? ", core dumped" : "", rest);
-  stop_begin(r, SIGTERM, code);
+/* ---- Naming the first failing rank ---------------------------------------- */
+
+/* The rank that was started as pid, or -1. */
+static int rank_of_pid(const struct run* r, pid_t pid) {
+  for (int i = 0; pid > 0 && i < r->opt.np; i++)
+    if (r->ranks[i].started == pid) return i;
+  return -1;
 }
 
-/* Peeks with WNOWAIT first: the zombie keeps the rank's pid, and so its process group id,
+/* Reads every pending cause message; never blocks. A rank's first message is the one that
+ * counts. Messages from or about processes that are not ranks (a rank's children, threads
+ * blaming their own process), and malformed ones, are dropped. */
+static void cause_read(struct run* r) {
+  for (;;) {
+    struct report_msg msg;
+    union {
+      struct cmsghdr align;
+      char buf[CMSG_SPACE(sizeof(struct ucred))];
+    } ctl;
+    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl};
+    ssize_t n = recvmsg(r->cause_fd, &mh, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return; /* EAGAIN: all read */
+    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    if (n != (ssize_t)sizeof msg || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || !c ||
+        c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_CREDENTIALS ||
+        msg.magic != REPORT_MAGIC || msg.version != REPORT_VERSION)
+      continue;
+    struct ucred cred;
+    memcpy(&cred, CMSG_DATA(c), sizeof cred);
+    int from = rank_of_pid(r, cred.pid), to = rank_of_pid(r, msg.peer_pid);
+    if (from >= 0 && to >= 0 && from != to && r->ranks[from].blame < 0) r->ranks[from].blame = to;
+  }
+}
+
+/* Follows rank's blame through ranks that failed too; returns the last rank of the chain.
+ * *dying_out is the rank the chain points at that has not been reaped yet, or -1. A blamed
+ * rank that exited 0 explains nothing, and a cycle (ranks that blame each other) has no end:
+ * both count as no blame. */
+static int blame_end(const struct run* r, int rank, int* dying_out) {
+  *dying_out = -1;
+  int cur = rank;
+  for (int steps = 0; steps < r->opt.np; steps++) {
+    int b = r->ranks[cur].blame;
+    if (b < 0) return cur;
+    if (r->ranks[b].pid > 0) {
+      *dying_out = b;
+      return cur;
+    }
+    if (!r->ranks[b].fail_seq) return cur;
+    cur = b;
+  }
+  return rank;
+}
+
+static int is_crash_signal(int sig) {
+  return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGABRT;
+}
+
+/* Between two ranks at the end of their chains: a crash beats an exit, then a rank that others
+ * blame beats one they do not, then the first reaped wins. */
+static int cause_better(const struct run* r, int a, int b) {
+  const struct rank *ra = &r->ranks[a], *rb = &r->ranks[b];
+  int sa = 2 * (ra->how != CLD_EXITED && is_crash_signal(ra->status)) + (ra->echoes > 0);
+  int sb = 2 * (rb->how != CLD_EXITED && is_crash_signal(rb->status)) + (rb->echoes > 0);
+  return sa != sb ? sa > sb : ra->fail_seq < rb->fail_seq;
+}
+
+/* "; rank 0 failed because of it", or "; ranks 0, 2 and 3 ...", naming LIST_MAX at most. */
+static void echoes_text(const struct run* r, int root, char* buf, size_t cap) {
+  int n = r->ranks[root].echoes, named = 0;
+  size_t len = 0;
+  buf[0] = '\0';
+  if (n == 0) return;
+  len += (size_t)snprintf(buf, cap, "; rank%s", n > 1 ? "s" : "");
+  for (int i = 0; i < r->opt.np && named < n && named < LIST_MAX && len < cap; i++) {
+    if (!r->ranks[i].fail_seq || i == root || r->ranks[i].cause != root) continue;
+    const char* sep = named == 0 ? " " : named + 1 == n ? " and " : ", ";
+    len += (size_t)snprintf(buf + len, cap - len, "%s%d", sep, i);
+    named++;
+  }
+  if (len < cap && n > named)
+    len += (size_t)snprintf(buf + len, cap - len, " and %d others", n - named);
+  if (len < cap) snprintf(buf + len, cap - len, " failed because of it");
+}
+
+/* Says which rank is the first failing one, and why the others failed, and starts the stop
+ * with its status. */
+static void cause_report(struct run* r, int root) {
+  const struct rank* rk = &r->ranks[root];
+  char what[160], echoes[256], note[96] = "";
+  if (rk->how == CLD_EXITED)
+    snprintf(what, sizeof what, "rank %d exited with status %d", root, rk->status);
+  else
+    snprintf(what, sizeof what, "rank %d was killed by signal %d (%s)%s", root, rk->status,
+             strsignal(rk->status), rk->how == CLD_DUMPED ? ", core dumped" : "");
+  echoes_text(r, root, echoes, sizeof echoes);
+  int b = rk->blame;
+  if (b >= 0 && r->ranks[b].pid > 0)
+    snprintf(note, sizeof note, "; it blamed rank %d, which was still running", b);
+  else if (b >= 0 && !r->ranks[b].fail_seq)
+    snprintf(note, sizeof note, "; it blamed rank %d, which exited 0", b);
+  say("%s%s%s%s", what, echoes, note, r->nlive > 0 ? "; stopping the other ranks" : "");
+  stop_begin(r, SIGTERM, rk->code);
+}
+
+/* While DECIDING: names the first failing rank among those that failed so far, unless a chain
+ * of blame points at a rank that is still alive and force is 0; then it waits for that rank
+ * to die (CAUSE_WAIT_MS at most: check_deadlines calls it again with force). */
+static void decide(struct run* r, int force) {
+  for (int i = 0; i < r->opt.np; i++) {
+    struct rank* rk = &r->ranks[i];
+    int dying;
+    rk->echoes = 0;
+    if (!rk->fail_seq) continue;
+    rk->cause = blame_end(r, i, &dying);
+    if (dying >= 0 && !force) return;
+  }
+  int root = -1;
+  for (int i = 0; i < r->opt.np; i++)
+    if (r->ranks[i].fail_seq && r->ranks[i].cause != i) r->ranks[r->ranks[i].cause].echoes++;
+  for (int i = 0; i < r->opt.np; i++)
+    if (r->ranks[i].fail_seq && r->ranks[i].cause == i && (root < 0 || cause_better(r, i, root)))
+      root = i;
+  cause_report(r, root);
+}
+
+/* ---- Supervising ---------------------------------------------------------- */
+
+static void rank_ended(struct run* r, int rank, const siginfo_t* si) {
+  struct rank* rk = &r->ranks[rank];
+  rk->pid = 0;
+  r->nlive--;
+  rk->how = si->si_code;
+  rk->status = si->si_status;
+  rk->code = si->si_code == CLD_EXITED ? si->si_status : 128 + si->si_status;
+  if (rk->code != 0 && (r->state == RUN_RUNNING || r->state == RUN_DECIDING))
+    rk->fail_seq = ++r->nfailed;
+}
+
+/* Reaps every rank that has died, then reads the cause messages: a rank sends its message
+ * before it dies, so those of every rank reaped here are in. A failure starts DECIDING.
+ * Peeks with WNOWAIT first: the zombie keeps the rank's pid, and so its process group id,
  * from being reused while we kill what the rank left behind in that group. */
 static void reap_ranks(struct run* r) {
   for (;;) {
     siginfo_t si = {0};
-    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) return;
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) break;
     int rank = 0;
     while (rank < r->opt.np && r->ranks[rank].pid != si.si_pid) rank++;
     kill(-si.si_pid, SIGKILL);
     siginfo_t done;
     waitid(P_PID, (id_t)si.si_pid, &done, WEXITED);
     if (rank == r->opt.np) continue; /* not a rank: cannot happen, but never loop on it */
-    r->ranks[rank].pid = 0;
-    r->nlive--;
-    rank_report(r, rank, &si);
+    rank_ended(r, rank, &si);
   }
+  cause_read(r);
+  if (r->state == RUN_RUNNING && r->nfailed > 0) {
+    r->state = RUN_DECIDING;
+    r->deadline = now_ms() + CAUSE_WAIT_MS;
+  }
+  if (r->state == RUN_DECIDING) decide(r, 0);
 }
 
 /* Every forwarded signal reaches the ranks; the terminating ones also start the stop, with
- * the signal itself in place of SIGTERM. */
+ * the signal itself in place of SIGTERM. A failure being decided came first: it is named at
+ * once, with what is known, and keeps its status. */
 static void on_signal(struct run* r, int sig) {
   if (sig == SIGCHLD) return; /* reap_ranks runs after every wakeup */
-  if (sig == SIGUSR1 || sig == SIGUSR2 || r->state != RUN_RUNNING) {
+  int stops = sig != SIGUSR1 && sig != SIGUSR2;
+  if (stops && r->state == RUN_DECIDING) decide(r, 1); /* the failure came first: name it now */
+  if (!stops || r->state != RUN_RUNNING) {
     signal_ranks(r, sig);
     return;
   }
@@ -616,6 +819,7 @@ static void read_signals(struct run* r) {
 static void check_deadlines(struct run* r, int64_t now) {
   int64_t after_kill =
       ms_of(r->opt.grace_s) > KILL_WAIT_MIN_MS ? ms_of(r->opt.grace_s) : KILL_WAIT_MIN_MS;
+  if (r->state == RUN_DECIDING && (now >= r->deadline || r->nlive == 0)) decide(r, 1);
   if (r->state == RUN_RUNNING && r->timeout_at && now >= r->timeout_at) {
     say("timed out after %g s; stopping the ranks", r->opt.timeout_s);
     stop_begin(r, SIGTERM, EXIT_TIMEOUT);
@@ -654,6 +858,7 @@ static void supervise(struct run* r, struct pollfd* pfds, int* owner) {
     if (r->nlive == 0 && r->nstreams == 0) break;
     int n = 0;
     pfds[n++] = (struct pollfd){.fd = r->sigfd, .events = POLLIN};
+    pfds[n++] = (struct pollfd){.fd = r->cause_fd, .events = POLLIN}; /* read by reap_ranks */
     for (int i = 0; i < r->opt.np; i++)
       for (int s = 0; s < 2; s++)
         if (r->ranks[i].out[s].fd >= 0) {
@@ -665,14 +870,14 @@ static void supervise(struct run* r, struct pollfd* pfds, int* owner) {
       break;
     }
     if (pfds[0].revents) read_signals(r);
-    for (int k = 1; k < n; k++)
+    for (int k = 2; k < n; k++)
       if (pfds[k].revents) stream_read(r, owner[k] / 2, owner[k] % 2);
     reap_ranks(r);
   }
 }
 
 int main(int argc, char** argv) {
-  struct run r = {.sigfd = -1, .self = getpid()};
+  struct run r = {.sigfd = -1, .cause_fd = -1, .cause_wfd = -1, .self = getpid()};
   ensure_std_fds();
   parse_options(argc, argv, &r.opt);
   int err = program_check(r.opt.argv[0]);
@@ -680,15 +885,19 @@ int main(int argc, char** argv) {
     say("cannot run '%s': %s", r.opt.argv[0], strerror(err));
     return EXIT_NOEXEC;
   }
-  if (set_common_env(&r.opt) || raise_fd_limit(&r) || signals_setup(&r)) return EXIT_INTERNAL;
+  if (set_common_env(&r.opt) || raise_fd_limit(&r) || signals_setup(&r) || cause_open(&r))
+    return EXIT_INTERNAL;
   r.ranks = calloc((size_t)r.opt.np, sizeof *r.ranks);
-  struct pollfd* pfds = calloc(1 + 2 * (size_t)r.opt.np, sizeof *pfds);
-  int* owner = calloc(1 + 2 * (size_t)r.opt.np, sizeof *owner);
+  struct pollfd* pfds = calloc(2 + 2 * (size_t)r.opt.np, sizeof *pfds);
+  int* owner = calloc(2 + 2 * (size_t)r.opt.np, sizeof *owner);
   if (!r.ranks || !pfds || !owner) {
     say("out of memory");
     return EXIT_INTERNAL;
   }
-  for (int i = 0; i < r.opt.np; i++) r.ranks[i].out[0].fd = r.ranks[i].out[1].fd = -1;
+  for (int i = 0; i < r.opt.np; i++) {
+    r.ranks[i].out[0].fd = r.ranks[i].out[1].fd = -1;
+    r.ranks[i].blame = -1;
+  }
   if (r.opt.timeout_s > 0) r.timeout_at = now_ms() + ms_of(r.opt.timeout_s);
   /* A rank that already failed, or a signal, stops the launch: no point starting the rest. */
   for (int i = 0; i < r.opt.np && r.state == RUN_RUNNING; i++) {
@@ -696,10 +905,13 @@ int main(int argc, char** argv) {
     read_signals(&r);
     reap_ranks(&r);
   }
+  close(r.cause_wfd); /* the ranks have their copies */
+  r.cause_wfd = -1;
   supervise(&r, pfds, owner);
   free(owner);
   free(pfds);
   free(r.ranks);
   close(r.sigfd);
+  close(r.cause_fd);
   return r.exit_code;
 }

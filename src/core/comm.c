@@ -9,6 +9,7 @@
 #include "checks.h"
 #include "handle.h"
 #include "params.h"
+#include "report.h"
 
 loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loom_comm** out) {
   struct loom_comm* c = calloc(1, sizeof(*c));
@@ -92,6 +93,7 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
   if (first) { /* from the local copy: last_error may change under its lock */
     LOOM_WARN(SUB_ALL, "%s", full);
     err_copy_to_thread(full);
+    if (peer >= 0 && peer < comm->nranks && comm->peers) report_blame(comm->peers[peer].pid);
   }
   comm_wake(comm);
 }

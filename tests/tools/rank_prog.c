@@ -1,5 +1,6 @@
 /* rank_prog: a stand-in rank for tests/tools/test_loomrun.sh. It does not use Loom; it only
- * reads what loomrun put in its environment and behaves as its first argument says:
+ * reads what loomrun put in its environment, speaks the cause channel's format by hand
+ * (src/core/report.h) where a mode says "blames", and behaves as its first argument says:
  *
  *   env [NAME...]        print one line with the LOOM_* variables and NAME=value for each NAME
  *   exit R CODE          rank R exits with CODE, the others sleep
@@ -9,17 +10,31 @@
  *   signals DIR          write DIR/ready.<rank>, then on SIGUSR1 write DIR/usr1.<rank> and keep
  *                        going, on SIGTERM write DIR/term.<rank> and exit 0
  *   lines                print whole and partial lines on stdout and stderr
+ *   race DIR BLAME       every rank writes its pid to DIR/pid.<rank> and waits for DIR/go; then
+ *                        rank 0 exits 1, after it blames rank 1 if BLAME is 1, and rank 1 dies
+ *                        of SIGSEGV; the others sleep
+ *   blame DIR MS [child] rank 1 writes its pid to DIR/pid.1, sleeps MS milliseconds and dies of
+ *                        SIGSEGV; rank 0 waits for DIR/pid.1, blames rank 1 (from a child
+ *                        process, which is no rank, with "child") and exits 1; the others sleep
  *
+ * To blame a rank is to send loomrun, on LOOM_RUN_FD, what libloom sends when a peer's failure
+ * makes a communicator fail: "this process failed because process <pid> failed".
  * Arguments after these are ignored, so a test can add a marker to find its processes by.
  * "Sleep" means five minutes: long enough that a rank loomrun failed to stop is noticed.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "core/report.h"
 
 #define SLEEP_S 300
 
@@ -38,6 +53,69 @@ static void touch(const char* what) {
 }
 
 static void on_usr1(int sig) { touch("usr1"); }
+
+/* Waits (SLEEP_S at most) for DIR/name to exist. */
+static int wait_for(const char* name) {
+  char path[4096];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", g_dir, name);
+  for (time_t end = time(NULL) + SLEEP_S; time(NULL) < end; usleep(5 * 1000))
+    if (stat(path, &st) == 0) return 0;
+  return -1;
+}
+
+/* DIR/pid.<rank> holds this process's pid; it appears whole (rename). */
+static void write_pid(void) {
+  char tmp[4096], path[4096];
+  snprintf(tmp, sizeof tmp, "%s/.pid.%d", g_dir, g_rank);
+  snprintf(path, sizeof path, "%s/pid.%d", g_dir, g_rank);
+  FILE* f = fopen(tmp, "w");
+  if (!f) return;
+  fprintf(f, "%d\n", (int)getpid());
+  fclose(f);
+  rename(tmp, path);
+}
+
+static int read_pid(int rank) {
+  char path[4096];
+  int pid = 0;
+  snprintf(path, sizeof path, "%s/pid.%d", g_dir, rank);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  if (fscanf(f, "%d", &pid) != 1) pid = 0;
+  fclose(f);
+  return pid;
+}
+
+/* Sends loomrun what libloom would: "this process failed because `rank` failed". */
+static void blame(int rank, int from_child) {
+  const char* fd_text = getenv("LOOM_RUN_FD");
+  struct report_msg msg = {.magic = REPORT_MAGIC, .version = REPORT_VERSION};
+  msg.peer_pid = read_pid(rank);
+  if (!fd_text || msg.peer_pid <= 0) {
+    fprintf(stderr, "rank_prog: rank %d: cannot blame rank %d: LOOM_RUN_FD=%s, pid %d\n", g_rank,
+            rank, fd_text ? fd_text : "unset", msg.peer_pid);
+    return;
+  }
+  pid_t child = from_child ? fork() : 0;
+  if (child == 0) {
+    send(atoi(fd_text), &msg, sizeof msg, MSG_NOSIGNAL);
+    if (from_child) _exit(0);
+  } else if (child > 0) {
+    waitpid(child, NULL, 0);
+  }
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static void die_of_sigsegv(void) {
+  signal(SIGSEGV, SIG_DFL);
+  raise(SIGSEGV);
+}
 
 static void on_term(int sig) {
   touch("term");
@@ -113,6 +191,26 @@ int main(int argc, char** argv) {
     sleep_long();
   } else if (strcmp(mode, "lines") == 0) {
     print_lines();
+  } else if (strcmp(mode, "race") == 0 && argc >= 4) {
+    g_dir = argv[2];
+    write_pid();
+    if (wait_for("go") != 0) return 3;
+    if (g_rank == 0 && atoi(argv[3])) blame(1, 0);
+    if (g_rank == 0) return 1;
+    if (g_rank == 1) die_of_sigsegv();
+    sleep_long();
+  } else if (strcmp(mode, "blame") == 0 && argc >= 4) {
+    g_dir = argv[2];
+    if (g_rank == 1) {
+      write_pid();
+      sleep_ms(atol(argv[3]));
+      die_of_sigsegv();
+    } else if (g_rank == 0) {
+      if (wait_for("pid.1") != 0) return 3;
+      blame(1, argc >= 5 && strcmp(argv[4], "child") == 0);
+      return 1;
+    }
+    sleep_long();
   } else {
     fprintf(stderr, "rank_prog: unknown mode or missing arguments: %s\n", mode);
     return 2;

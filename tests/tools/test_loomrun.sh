@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Tests loomrun with rank_prog as the rank program.
-#   usage: test_loomrun.sh LOOMRUN RANK_PROG
+# Tests loomrun with rank_prog (no Loom inside) and cause_prog (a real Loom program in which
+# one rank crashes) as the rank programs.
+#   usage: test_loomrun.sh LOOMRUN RANK_PROG CAUSE_PROG
 # Each case runs under `timeout 30`, so a loomrun that hangs fails its case instead of the
 # whole test. Every case that starts ranks gives them a unique marker argument and checks at
 # the end that no process carrying that marker is left.
 set -u
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 LOOMRUN RANK_PROG" >&2
+if [ $# -ne 3 ]; then
+  echo "usage: $0 LOOMRUN RANK_PROG CAUSE_PROG" >&2
   exit 2
 fi
 LOOMRUN=$(realpath "$1")
 RANK_PROG=$(realpath "$2")
+CAUSE_PROG=$(realpath "$3")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_loomrun.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+BUSY_PIDS=()
+trap 'busy_stop; rm -rf "$TMP"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+ulimit -c 0 # the crashes below are on purpose
 
 passed=0
 failed=0
@@ -109,11 +115,45 @@ field_values() { # NAME < output: every NAME=value on every line, one value a li
   tr ' ' '\n' | sed -n "s/^$1=//p"
 }
 
+# Keeps every core busy (2 to 8 of them) with `yes`, so that ranks and loomrun are slow to
+# run when they wake. Each `yes` also stops on its own after 120 s, should this script be
+# killed before its EXIT trap runs.
+busy_start() {
+  local i n
+  n=$(nproc 2>/dev/null || echo 2)
+  [ "$n" -lt 2 ] && n=2
+  [ "$n" -gt 8 ] && n=8
+  for ((i = 0; i < n; i++)); do
+    timeout 120 yes >/dev/null &
+    BUSY_PIDS+=($!)
+  done
+}
+busy_stop() {
+  [ ${#BUSY_PIDS[@]} -gt 0 ] || return 0
+  kill "${BUSY_PIDS[@]}" 2>/dev/null
+  wait "${BUSY_PIDS[@]}" 2>/dev/null
+  BUSY_PIDS=()
+}
+
+pid_state() { # PID: its state letter (Z for a zombie); nothing once it is gone
+  local st
+  read -r st 2>/dev/null <"/proc/$1/stat" || return 0
+  st=${st##*) }
+  echo "${st%% *}"
+}
+
+ranks_are_zombies() { # DIR N: the processes named by DIR/pid.0 .. pid.N-1 are all zombies
+  local i
+  for ((i = 0; i < $2; i++)); do
+    [ "$(pid_state "$(cat "$1/pid.$i" 2>/dev/null)")" = Z ] || return 1
+  done
+}
+
 # ---- Cases -----------------------------------------------------------------
 
 t_env() {
   timeout 30 "$LOOMRUN" -n 4 -x LOOM_TEST_X=hello --env LOOM_TEST_Y=a=b "$RANK_PROG" env \
-    LOOM_TEST_X LOOM_TEST_Y >"$TMP/out" 2>"$TMP/err"
+    LOOM_TEST_X LOOM_TEST_Y LOOM_RUN_FD >"$TMP/out" 2>"$TMP/err"
   expect_eq $? 0 "exit status" || return 1
   expect_eq "$(wc -l <"$TMP/out")" 4 "output lines" || return 1
   expect_eq "$(field_values LOOM_RANK <"$TMP/out" | sort -n | tr '\n' ' ')" "0 1 2 3 " \
@@ -131,6 +171,8 @@ t_env() {
     return 1
   expect_eq "$(field_values LOOM_TEST_X <"$TMP/out" | sort -u)" hello "-x LOOM_TEST_X" || return 1
   expect_eq "$(field_values LOOM_TEST_Y <"$TMP/out" | sort -u)" a=b "--env LOOM_TEST_Y" || return 1
+  expect_eq "$(field_values LOOM_RUN_FD <"$TMP/out" | sort -u | grep -cE '^[0-9]+$')" 1 \
+    "one LOOM_RUN_FD, a number" || return 1
   # A second run must draw a new secret.
   timeout 30 "$LOOMRUN" -n 1 "$RANK_PROG" env >"$TMP/out2" 2>&1
   [ "$(field_values LOOM_SECRET <"$TMP/out2")" != "$secret" ] || {
@@ -165,6 +207,7 @@ t_rank_fails() {
   expect_eq $? 3 "exit status" || return 1
   expect_grep "$TMP/err" "rank 2 exited with status 3; stopping the other ranks" "message" ||
     return 1
+  expect_no_grep "$TMP/err" "because of it|blamed" "blame without any message" || return 1
   expect_gone "$marker"
 }
 
@@ -253,6 +296,7 @@ t_usage() {
 -n 2 --bogus "$RANK_PROG" env
 -n 2 -x NOEQUALS "$RANK_PROG" env
 -n 2 -x LOOM_RANK=5 "$RANK_PROG" env
+-n 2 -x LOOM_RUN_FD=5 "$RANK_PROG" env
 -n 2 --timeout soon "$RANK_PROG" env
 -n 2 --grace -1 "$RANK_PROG" env
 -n 2 --port 70000 "$RANK_PROG" env
@@ -275,6 +319,117 @@ t_not_found() {
   expect_grep "$TMP/err" "noexec.*Permission denied" "message" || return 1
 }
 
+# ---- The first failing rank -------------------------------------------------
+# rank_prog sends by hand what libloom sends when a peer's failure makes it fail, so these
+# cases need no timing luck; cause_prog is the real thing, run many times.
+
+# Runs `rank_prog race DIR BLAME` with loomrun stopped (SIGSTOP) while rank 0 exits 1 and rank 1
+# dies of SIGSEGV, so that loomrun wakes to find both dead, as it does when it is slow to run,
+# and the kernel hands it rank 0 first. Sets RC.
+race_stopped() { # BLAME MARKER
+  local dir="$TMP/race.$1" ok
+  rm -rf "$dir" && mkdir -p "$dir"
+  start_bg -n 2 "$RANK_PROG" race "$dir" "$1" "$2"
+  [ -n "$LOOMRUN_PID" ] || { why="loomrun did not start"; return 1; }
+  wait_until 10 files_exist "$dir/pid" 2 || { why="ranks not ready: $(ls "$dir")"; return 1; }
+  kill -STOP "$LOOMRUN_PID"
+  touch "$dir/go"
+  wait_until 10 ranks_are_zombies "$dir" 2
+  ok=$?
+  kill -CONT "$LOOMRUN_PID"
+  wait "$GUARD_PID"
+  RC=$?
+  [ $ok -eq 0 ] || { why="the ranks did not both die: $(cat "$TMP/err")"; return 1; }
+}
+
+# Without blame, a crash beats an exit among ranks that died together: a program that does
+# not use Loom gets the old answer unless a rank crashed.
+t_cause_crash_first() {
+  race_stopped 0 "lrm-crash-$$" || return 1
+  expect_eq "$RC" 139 "exit status" || return 1
+  expect_grep "$TMP/err" "^loomrun: rank 1 was killed by signal 11 \(Segmentation fault\)$" \
+    "message" || return 1
+  expect_gone "lrm-crash-$$"
+}
+
+t_cause_blamed() {
+  race_stopped 1 "lrm-blamed-$$" || return 1
+  expect_eq "$RC" 139 "exit status" || return 1
+  expect_grep "$TMP/err" \
+    "^loomrun: rank 1 was killed by signal 11 \(Segmentation fault\); rank 0 failed because of it$" \
+    "message" || return 1
+  expect_gone "lrm-blamed-$$"
+}
+
+# Rank 0 blames rank 1 and exits at once; rank 1 dies 100 ms later. loomrun must wait for it
+# before stopping anyone, and report it.
+t_cause_wait() {
+  local marker="lrm-wait-$$" dir="$TMP/wait"
+  mkdir -p "$dir"
+  timeout 30 "$LOOMRUN" -n 3 "$RANK_PROG" blame "$dir" 100 "$marker" >"$TMP/out" 2>"$TMP/err"
+  expect_eq $? 139 "exit status" || return 1
+  expect_grep "$TMP/err" "^loomrun: rank 1 was killed by signal 11 \(Segmentation fault\); \
+rank 0 failed because of it; stopping the other ranks$" "message" || return 1
+  expect_gone "$marker"
+}
+
+# ... but not for long: a blamed rank that lives on does not hold the run.
+t_cause_wait_bounded() {
+  local marker="lrm-bound-$$" dir="$TMP/bound" start=$SECONDS
+  mkdir -p "$dir"
+  timeout 30 "$LOOMRUN" -n 2 "$RANK_PROG" blame "$dir" 20000 "$marker" >"$TMP/out" 2>"$TMP/err"
+  expect_eq $? 1 "exit status" || return 1
+  expect_grep "$TMP/err" "^loomrun: rank 0 exited with status 1; it blamed rank 1, which was \
+still running; stopping the other ranks$" "message" || return 1
+  [ $((SECONDS - start)) -lt 10 ] || { why="took $((SECONDS - start)) s"; return 1; }
+  expect_gone "$marker"
+}
+
+# The kernel names the sender: a message from a process that is no rank counts for nothing.
+t_cause_not_a_rank() {
+  local marker="lrm-stranger-$$" dir="$TMP/stranger"
+  mkdir -p "$dir"
+  timeout 30 "$LOOMRUN" -n 2 "$RANK_PROG" blame "$dir" 20000 child "$marker" \
+    >"$TMP/out" 2>"$TMP/err"
+  expect_eq $? 1 "exit status" || return 1
+  expect_grep "$TMP/err" "^loomrun: rank 0 exited with status 1; stopping the other ranks$" \
+    "message" || return 1
+  expect_gone "$marker"
+}
+
+ECHOED=0
+CAUSE_RUNS=0
+# RUNS runs of cause_prog under loomrun -n NP, rank VICTIM crashing: every one must report
+# the crash and exit 139, whichever rank loomrun happened to reap first.
+cause_runs() { # NP VICTIM RUNS WHAT
+  local i rc marker="lrm-cause-$$"
+  for ((i = 1; i <= $3; i++)); do
+    timeout 30 "$LOOMRUN" -n "$1" --timeout 25 "$CAUSE_PROG" "$2" "$marker" \
+      >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    CAUSE_RUNS=$((CAUSE_RUNS + 1))
+    grep -q "because of it" "$TMP/err" && ECHOED=$((ECHOED + 1))
+    if [ $rc -ne 139 ] ||
+      ! grep -qE "^loomrun: rank $2 was killed by signal 11 \(Segmentation fault\)" "$TMP/err"; then
+      why="$4, run $i of $3: exit status $rc; $(grep -v ' LOOM ' "$TMP/err" | head -c 600)"
+      return 1
+    fi
+  done
+  expect_gone "$marker"
+}
+
+t_cause_loom() {
+  cause_runs 2 1 20 "-n 2" && cause_runs 3 1 20 "-n 3"
+}
+
+t_cause_loom_busy() {
+  busy_start
+  cause_runs 2 1 20 "-n 2, busy cores" && cause_runs 3 1 20 "-n 3, busy cores"
+  local rc=$?
+  busy_stop
+  return $rc
+}
+
 run_case "environment of every rank" t_env
 run_case "--host and --port" t_host_port
 run_case "--prefix on stdout and stderr" t_prefix
@@ -286,6 +441,14 @@ run_case "early exits are reaped at once" t_no_zombies
 run_case "ranks die with loomrun on kill -9" t_kill9
 run_case "bad usage gives 2" t_usage
 run_case "a missing program gives 127" t_not_found
+run_case "a crash beats an exit among ranks reaped together" t_cause_crash_first
+run_case "a rank that failed because of another is not reported" t_cause_blamed
+run_case "loomrun waits for a blamed rank to die" t_cause_wait
+run_case "... for 500 ms at most" t_cause_wait_bounded
+run_case "blame from a process that is no rank is ignored" t_cause_not_a_rank
+run_case "a Loom rank's crash is reported, 40 runs" t_cause_loom
+run_case "a Loom rank's crash is reported, 40 runs on busy cores" t_cause_loom_busy
+echo "note: in $ECHOED of $CAUSE_RUNS Loom runs loomrun reaped a rank that failed because of the crash along with it"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
