@@ -2,15 +2,14 @@
 #include "report.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "debug.h"
+#include "params.h"
 
 static pthread_once_t g_channel_once = PTHREAD_ONCE_INIT;
 static int g_channel_fd = -1; /* written once, under g_channel_once */
@@ -28,14 +27,10 @@ static int is_unix_dgram(int fd) {
 
 /* Runs once per process, under pthread_once. Never blocks. */
 static void channel_find(void) {
-  /* TODO(params): move LOOM_RUN_FD into params.def */
-  const char* text = getenv("LOOM_RUN_FD");
-  if (text == NULL || text[0] == '\0') return;
-  char* end;
-  errno = 0;
-  long fd = strtol(text, &end, 10);
-  if (errno != 0 || *end != '\0' || fd < 0 || fd > INT_MAX || !is_unix_dgram((int)fd)) {
-    LOOM_INFO(SUB_INIT, "LOOM_RUN_FD=%s is not a datagram socket; failures are not reported", text);
+  long long fd = params_get()->run_fd;
+  if (fd < 0) return;
+  if (!is_unix_dgram((int)fd)) {
+    LOOM_INFO(SUB_INIT, "LOOM_RUN_FD=%lld is not a datagram socket; failures are not reported", fd);
     return;
   }
   g_channel_fd = (int)fd;
