@@ -1,12 +1,12 @@
 // harness.cc - see harness.h.
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,15 +14,15 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
-#include <sstream>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 namespace harness {
@@ -100,7 +100,8 @@ void finish_rank(Ctx& ctx) {
 
 std::string random_hex() {
   unsigned long long v = 0;
-  if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) v = (unsigned long long)getpid() * 2654435761ull;
+  if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+    v = (unsigned long long)getpid() * 2654435761ull;
   char buf[32];
   snprintf(buf, sizeof(buf), "%016llx", v);
   return buf;
@@ -109,7 +110,8 @@ std::string random_hex() {
 void run_procs(int nranks, const std::function<void(Ctx&)>& body, const Opts& opts) {
   static int call_index = 0;
   std::string filter = "--gtest_filter=" + current_test_name();
-  std::string tag = std::to_string(getpid()) + "-" + std::to_string(call_index++) + "-" + random_hex();
+  std::string tag =
+      std::to_string(getpid()) + "-" + std::to_string(call_index++) + "-" + random_hex();
   std::string id_file = "/tmp/loomtest-" + tag + ".id";
   std::string root = "127.0.0.1:" + std::to_string(free_port());
   std::string secret = random_hex();
@@ -126,6 +128,8 @@ void run_procs(int nranks, const std::function<void(Ctx&)>& body, const Opts& op
       setenv("LOOM_ROOT", root.c_str(), 1);
       setenv("LOOM_SECRET", secret.c_str(), 1);
       for (const auto& kv : opts.env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+      for (const auto& re : opts.rank_env)
+        if (re.rank == r) setenv(re.name.c_str(), re.value.c_str(), 1);
       // The path this binary was started by, not /proc/self/exe: under
       // valgrind that names the tool, not the test.
       const char* self =
@@ -319,7 +323,9 @@ std::string unique_tag() {
 
 std::vector<std::pair<std::string, std::string>> log_env(const std::string& prefix,
                                                          const std::string& subsys) {
-  return {{"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", subsys}, {"LOOM_DEBUG_FILE", prefix + "%p.log"}};
+  return {{"LOOM_DEBUG", "INFO"},
+          {"LOOM_DEBUG_SUBSYS", subsys},
+          {"LOOM_DEBUG_FILE", prefix + "%p.log"}};
 }
 
 }  // namespace harness

@@ -26,7 +26,9 @@
 namespace harness {
 
 enum class Mode { Proc, Thread };
-inline const char* mode_name(Mode m) { return m == Mode::Proc ? "proc" : "thread"; }
+inline const char* mode_name(Mode m) {
+  return m == Mode::Proc ? "proc" : "thread";
+}
 
 enum class Init {
   UniqueId,  // rank 0 calls loomGetUniqueId and shares the id; loomCommInitRankConfig
@@ -35,10 +37,15 @@ enum class Init {
 };
 
 struct Opts {
-  int timeout_s = 240;            // the whole run, from the harness's side
+  int timeout_s = 240;  // the whole run, from the harness's side
   Init init = Init::UniqueId;
-  int comm_timeout_ms = 60000;    // config.timeoutMs of the communicator
+  int comm_timeout_ms = 60000;                           // config.timeoutMs of the communicator
   std::vector<std::pair<std::string, std::string>> env;  // process ranks only
+  struct RankEnv {
+    int rank;
+    std::string name, value;
+  };
+  std::vector<RankEnv> rank_env;   // process ranks only: set in that rank alone, after env
   std::vector<int> expect_killed;  // process ranks that end by SIGKILL
 };
 

@@ -495,6 +495,104 @@ std::vector<Case> other_collective_cases() {
   return v;
 }
 
+// ---- Sizes that overflow ----------------------------------------------------------
+
+// A count whose product with nranks wraps around size_t to a few elements.
+size_t wrapping_count(const Ctx& c) {
+  return SIZE_MAX / (size_t)c.nranks + 1;
+}
+
+const Words kTooBig = {{"count"}, {"more than a buffer can hold", "overflows"}};
+
+// Every size product a call makes (count x element size x ranks, counts plus
+// displacements) checked before anything is allocated or sent: before, an
+// all-to-all of 2^63 + 1 float32 "ran out of memory building its plan" and
+// broke the communicator on every rank.
+std::vector<Case> overflow_cases() {
+  const size_t huge = ((size_t)1 << 63) + 1;
+  std::vector<Case> v = {
+      {"AllReduceCountTimesSizeOverflows", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         return loomAllReduce(b.send.data(), b.recv.data(), SIZE_MAX / 2, loomInt32, loomSum, c.comm,
+                              nullptr);
+       }},
+      {"AllReduceBufferWrapsAddressSpace",
+       loomInvalidArgument,
+       {{"wraps around the end of the address space"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         void* top = (void*)(UINTPTR_MAX - 1024);
+         return loomAllReduce(top, b.recv.data(), 1000, loomInt32, loomSum, c.comm, nullptr);
+       }},
+      {"BroadcastCountOverflows", loomInvalidArgument, kTooBig, true,
+       [huge](const Ctx& c, Bufs& b) {
+         return loomBroadcast(b.send.data(), b.recv.data(), huge, loomFloat32, 0, c.comm, nullptr);
+       }},
+      {"ReduceCountOverflows", loomInvalidArgument, kTooBig, true,
+       [huge](const Ctx& c, Bufs& b) {
+         return loomReduce(b.send.data(), b.recv.data(), huge, loomFloat64, loomSum, 0, c.comm,
+                           nullptr);
+       }},
+      {"AlltoAllCount2Pow63Plus1Float32", loomInvalidArgument, kTooBig, true,
+       [huge](const Ctx& c, Bufs& b) {
+         return loomAlltoAll(b.send.data(), b.recv.data(), huge, loomFloat32, c.comm, nullptr);
+       }},
+      {"AlltoAllCountTimesRanksWrapsInt8", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         return loomAlltoAll(b.send.data(), b.recv.data(), wrapping_count(c), loomInt8, c.comm,
+                             nullptr);
+       }},
+      {"AllGatherCountTimesRanksWraps", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         return loomAllGather(b.send.data(), b.recv.data(), wrapping_count(c), loomUint8, c.comm,
+                              nullptr);
+       }},
+      {"ReduceScatterCountTimesRanksWraps", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         return loomReduceScatter(b.send.data(), b.recv.data(), wrapping_count(c), loomInt8,
+                                  loomSum, c.comm, nullptr);
+       }},
+      {"GatherCountTimesRanksWrapsOnNonRoot", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         return loomGather(b.send.data(), b.recv.data(), wrapping_count(c), loomInt8,
+                           other_rank(c), c.comm, nullptr);
+       }},
+      {"ScatterCountTimesRanksWrapsOnNonRoot", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         return loomScatter(b.send.data(), b.recv.data(), wrapping_count(c), loomInt8,
+                            other_rank(c), c.comm, nullptr);
+       }},
+      {"SendCountOverflows", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         return loomSend(b.send.data(), SIZE_MAX / 4 + 1, loomFloat32, other_rank(c), c.comm,
+                         nullptr);
+       }},
+      {"RecvCountOverflows", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         return loomRecv(b.recv.data(), SIZE_MAX / 8 + 1, loomFloat64, other_rank(c), c.comm,
+                         nullptr);
+       }},
+      {"AlltoAllvDisplacementPlusCountOverflows",
+       loomInvalidArgument,
+       {{"displacement"}, {"overflows"}},
+       true,
+       [](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, 1), r(c.nranks, 1);
+         a.displs[(size_t)c.nranks - 1] = SIZE_MAX;
+         return loomAlltoAllv(b.send.data(), a.counts.data(), a.displs.data(), b.recv.data(),
+                              r.counts.data(), r.displs.data(), loomInt32, c.comm, nullptr);
+       }},
+      {"AlltoAllvExtentTimesSizeOverflows", loomInvalidArgument, kTooBig, true,
+       [](const Ctx& c, Bufs& b) {
+         VArgs a(c.nranks, 1), r(c.nranks, 1);
+         r.displs[0] = SIZE_MAX / 4;
+         return loomAlltoAllv(b.send.data(), a.counts.data(), a.displs.data(), b.recv.data(),
+                              r.counts.data(), r.displs.data(), loomInt64, c.comm, nullptr);
+       }},
+  };
+  return v;
+}
+
 std::vector<Case> collective_cases() {
   const loomDataType_t i32 = loomInt32;
   std::vector<Case> v = {
@@ -790,6 +888,8 @@ std::vector<Case> collective_cases() {
        [](const Ctx& c, Bufs&) { return loomCommGetAsyncError(c.comm, nullptr); }},
   };
   std::vector<Case> more = other_collective_cases();
+  v.insert(v.end(), more.begin(), more.end());
+  more = overflow_cases();
   v.insert(v.end(), more.begin(), more.end());
   return v;
 }
@@ -1123,5 +1223,40 @@ TEST_P(RootOnlyNull, IsValidOnNonRoots) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, RootOnlyNull, ::testing::ValuesIn(kSetups), not_available_name);
+
+}  // namespace
+
+namespace {
+
+// The reproducer: every rank makes the same call whose size
+// overflows (all-to-all of 2^63 + 1 float32 and of (2^64 + 2) / 3 int8 and
+// float32 at 3 ranks), and the others of the kind; all reject it at once, and
+// the communicator works on every rank afterwards.
+class OverflowEverywhere : public ::testing::TestWithParam<Setup> {};
+
+TEST_P(OverflowEverywhere, EveryRankRejectsAndTheCommunicatorWorks) {
+  harness::Opts o;
+  o.comm_timeout_ms = kCommTimeoutMs;
+  o.timeout_s = 120;
+  harness::run(GetParam().nranks, GetParam().mode, [](Ctx& c) {
+    Bufs b = make_bufs(c.rank);
+    const size_t wrap3 = (size_t)((((unsigned __int128)1 << 64) + 2) / 3);
+    for (const Case& cs : overflow_cases()) {
+      SCOPED_TRACE(cs.name);
+      bad_call(c, c.comm, cs.want, cs.words, b, [&] { return cs.call(c, b); });
+    }
+    for (loomDataType_t t : {loomInt8, loomFloat32}) {
+      bad_call(c, c.comm, loomInvalidArgument, kTooBig, b, [&] {
+        return loomAlltoAll(b.send.data(), b.recv.data(), wrap3, t, c.comm, nullptr);
+      });
+    }
+    good_phase(c, b);
+  }, o);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, OverflowEverywhere,
+                         ::testing::Values(Setup{Mode::Proc, 3, 0}, Setup{Mode::Thread, 3, 0},
+                                           Setup{Mode::Proc, 2, 0}),
+                         [](const ::testing::TestParamInfo<Setup>& i) { return setup_name(i.param); });
 
 }  // namespace

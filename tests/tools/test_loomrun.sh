@@ -397,6 +397,19 @@ t_cause_not_a_rank() {
   expect_gone "$marker"
 }
 
+# A careless -x (LOOM_NSLOTS=8x) makes every Loom rank fail its init at once, naming the
+# variable: loomrun ends with the rank's status instead of waiting for a hang.
+t_bad_setting() {
+  local marker="lrm-badset-$$" v
+  for v in LOOM_NSLOTS=8x LOOM_TIMEOUT_MS=abc LOOM_BUFFSIZE=1T LOOM_DIRECT=yes; do
+    timeout 30 "$LOOMRUN" -n 2 -x "$v" "$CAUSE_PROG" 9 "$marker" >"$TMP/out" 2>"$TMP/err"
+    expect_eq $? 1 "exit status with $v" || return 1
+    expect_grep "$TMP/err" "loomCommInitFromEnv failed: invalid argument \\(invalid setting: $v: " \
+      "the init error with $v" || return 1
+  done
+  expect_gone "$marker"
+}
+
 ECHOED=0
 CAUSE_RUNS=0
 # RUNS runs of cause_prog under loomrun -n NP, rank VICTIM crashing: every one must report
@@ -430,6 +443,7 @@ t_cause_loom_busy() {
   return $rc
 }
 
+run_case "a bad setting ends every rank at init" t_bad_setting
 run_case "environment of every rank" t_env
 run_case "--host and --port" t_host_port
 run_case "--prefix on stdout and stderr" t_prefix
