@@ -146,6 +146,8 @@ struct init_job {
 static void* init_thread_main(void* arg) {
   struct init_job* job = arg;
   loomResult_t r = init_body(job->comm, &job->id);
+  loomResult_t cause = comm_forming_end(job->comm, r == loomSuccess);
+  if (cause != loomSuccess) r = cause;
   if (r != loomSuccess && r != loomInProgress) {
     int expect = loomInProgress;
     atomic_compare_exchange_strong(&job->comm->async_error, &expect, (int)r);
@@ -167,8 +169,9 @@ static loomResult_t check_config(const loomConfig_t* config) {
   return loomSuccess;
 }
 
+/* parent: the communicator a split makes this one from, or NULL. */
 static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id* id, int rank,
-                              const loomConfig_t* config) {
+                              const loomConfig_t* config, struct loom_comm* parent) {
   if (!out) return err_set(NULL, loomInvalidArgument, "invalid argument: comm pointer is NULL");
   if (nranks < 1)
     return err_set(NULL, loomInvalidArgument, "invalid argument: nranks %d is less than 1", nranks);
@@ -183,11 +186,13 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
   LOOM_CHECK(coll_settings_check());
   struct loom_comm* comm;
   LOOM_CHECK(comm_alloc(nranks, rank, config, &comm));
+  if (parent) comm_forming_begin(parent, comm);
   if (comm->blocking) {
     loomResult_t r = init_body(comm, id);
+    loomResult_t cause = comm_forming_end(comm, r == loomSuccess);
     if (r != loomSuccess) {
       comm_teardown(comm, 0);
-      return r;
+      return cause != loomSuccess ? cause : r;
     }
     *out = comm_handle(comm);
     return loomSuccess;
@@ -212,11 +217,11 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
 
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
                                     loomConfig_t* config) {
-  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, config);
+  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, config, NULL);
 }
 
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
-  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, NULL);
+  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, NULL, NULL);
 }
 
 loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
@@ -289,7 +294,7 @@ loomResult_t loomCommDestroy(loomComm_t handle) {
 loomResult_t loomCommAbort(loomComm_t handle) {
   struct loom_comm* comm = NULL;
   LOOM_CHECK(comm_end(handle, "loomCommAbort", &comm));
-  atomic_store(&comm->aborted, 1);
+  atomic_store(&comm->aborted, COMM_ABORT_USER);
   comm_wake(comm);
   join_init_thread(comm);                                  /* its waits watch the abort flag */
   wait_queued(comm);                                       /* queued work fails fast on the flag */
@@ -339,6 +344,26 @@ loomResult_t loomCommCuDevice(const loomComm_t handle, int* device) {
 
 /* ---- Split ---- */
 
+/* A split whose new communicator could not be made says why on the parent
+ * too (loomGetLastError(parent)), and a failure of the parent (a dead rank)
+ * is the parent's error, naming the rank as the parent numbers it, as for
+ * any collective on it. The new communicator's own bootstrap may see a dead
+ * member before the parent's watcher does: a remote error waits a moment
+ * for the parent to name the cause. */
+static loomResult_t split_failed(struct loom_comm* comm, loomResult_t r) {
+  struct deadline grace = deadline_in_ms(1500);
+  for (;;) {
+    loomResult_t health = comm_health(comm); /* copies the cause to this thread */
+    if (health != loomSuccess) return health;
+    if (r != loomRemoteError || deadline_passed(&grace)) break;
+    usleep(2000);
+  }
+  pthread_mutex_lock(&comm->err_lock);
+  snprintf(comm->last_error, sizeof(comm->last_error), "%s", err_thread_last());
+  pthread_mutex_unlock(&comm->err_lock);
+  return r;
+}
+
 struct split_key {
   int32_t color, key;
 };
@@ -383,7 +408,8 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
   loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
   inherit.blocking = comm->blocking;
   inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
-  r = init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit);
+  r = init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit, comm);
+  if (r != loomSuccess && r != loomInProgress) r = split_failed(comm, r);
 out:
   if (all && ids) atomic_fetch_sub(&comm->boot_users, 1);
   free(all);
@@ -471,7 +497,7 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   }
   struct boot_id id;
   LOOM_CHECK(boot_id_from_addr(root, secret, rank == 0, &id));
-  loomResult_t r = init_rank(comm, size, &id, rank, config);
+  loomResult_t r = init_rank(comm, size, &id, rank, config, NULL);
   if (r != loomSuccess && r != loomInProgress) boot_id_release(&id); /* a retry can bind again */
   return r;
 }
@@ -488,7 +514,7 @@ struct all_job {
 
 static void* all_thread(void* arg) {
   struct all_job* j = arg;
-  j->res = init_rank(j->slot, j->n, j->id, j->rank, NULL);
+  j->res = init_rank(j->slot, j->n, j->id, j->rank, NULL, NULL);
   if (j->res != loomSuccess) snprintf(j->err, sizeof(j->err), "%s", err_thread_last());
   return NULL;
 }

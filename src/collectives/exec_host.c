@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../core/bootstrap.h"
 #include "../core/checks.h"
 #include "../core/fault.h"
 #include "../core/params.h"
@@ -53,17 +54,18 @@ struct comm_run {
   int lane;
   struct coll_task* tasks; /* this comm's tasks, in call order */
   int ntasks;
-  int next;                /* first task not yet turned into an exec */
+  int next; /* first task not yet turned into an exec */
   struct exec ex;
-  int active;              /* ex holds a plan being run */
+  int left_peer; /* a peer ex waits on that has left, seen once; -1: none */
+  int active;    /* ex holds a plan being run */
   int done;
   struct deadline dl;
 };
 
 static const char* coll_what(enum coll_kind k) {
-  static const char* names[] = {"all-reduce", "broadcast", "reduce", "all-gather",
-                                "reduce-scatter", "all-to-all", "all-to-all-v", "gather",
-                                "scatter", "send/receive", "send/receive"};
+  static const char* names[] = {"all-reduce",     "broadcast",    "reduce",       "all-gather",
+                                "reduce-scatter", "all-to-all",   "all-to-all-v", "gather",
+                                "scatter",        "send/receive", "send/receive"};
   return (unsigned)k < COLL_KIND_COUNT ? names[k] : "operation";
 }
 
@@ -113,9 +115,7 @@ static loomResult_t exec_prepare(struct comm_run* run) {
   e->lane = run->lane;
   if (t->kind == COLL_SEND || t->kind == COLL_RECV) {
     int n = 0;
-    while (run->next + n < run->ntasks &&
-           (t[n].kind == COLL_SEND || t[n].kind == COLL_RECV))
-      n++;
+    while (run->next + n < run->ntasks && (t[n].kind == COLL_SEND || t[n].kind == COLL_RECV)) n++;
     e->bufs = calloc((size_t)(PB_USER + n), sizeof(void*));
     if (!e->bufs) return err_set(comm, loomSystemError, "out of memory");
     e->nbufs = PB_USER + n;
@@ -213,21 +213,29 @@ static loomResult_t exec_post_step(struct exec* e) {
       case OP_COPY:
         if (dst != src) memcpy(dst, src, bytes);
         break;
-      case OP_REDUCE: cpu_reduce(e->dtype, e->redop, dst, dst, src, op->count); break;
-      case OP_PREMUL: cpu_mul_scalar(e->dtype, dst, src, op->count, e->scalar); break;
-      case OP_DIV: cpu_div(e->dtype, dst, src, op->count, e->comm->nranks); break;
+      case OP_REDUCE:
+        cpu_reduce(e->dtype, e->redop, dst, dst, src, op->count);
+        break;
+      case OP_PREMUL:
+        cpu_mul_scalar(e->dtype, dst, src, op->count, e->scalar);
+        break;
+      case OP_DIV:
+        cpu_div(e->dtype, dst, src, op->count, e->comm->nranks);
+        break;
       case OP_SYNC:
         tp_sync_arrive(e->comm);
         e->sync_wait = 1;
         break;
       case OP_PEER_COPY:
-        LOOM_CHECK(tp_peer_copy(e->comm, op->peer, op->src.buf, op->src.off * e->esize, dst, bytes));
+        LOOM_CHECK(
+            tp_peer_copy(e->comm, op->peer, op->src.buf, op->src.off * e->esize, dst, bytes));
         break;
       case OP_PEER_REDUCE:
         LOOM_CHECK(tp_peer_reduce(e->comm, op->peer, op->src.buf, op->src.off * e->esize, dst,
                                   op->count, e->dtype, e->redop));
         break;
-      default: return err_set(e->comm, loomInternalError, "plan op of unknown kind %d", op->kind);
+      default:
+        return err_set(e->comm, loomInternalError, "plan op of unknown kind %d", op->kind);
     }
   }
   e->posted = 1;
@@ -281,8 +289,8 @@ static void exec_describe_wait(const struct exec* e, char* buf, size_t len) {
     const struct xfer* x = &e->xf[i];
     if (x->state == 1) continue;
     snprintf(buf, len, "step %u of %u, %s %zu bytes %s peer %d", e->step + 1, e->plan->nsteps,
-             x->conn->is_send ? "sending" : "receiving", x->bytes,
-             x->conn->is_send ? "to" : "from", x->conn->peer);
+             x->conn->is_send ? "sending" : "receiving", x->bytes, x->conn->is_send ? "to" : "from",
+             x->conn->peer);
     return;
   }
   if (e->sync_wait)
@@ -294,6 +302,55 @@ static void exec_describe_wait(const struct exec* e, char* buf, size_t len) {
     snprintf(buf, len, "step %u of %u", e->step + 1, e->plan->nsteps);
 }
 
+/* A peer that e waits on and that has left the communicator (it said
+ * goodbye, so it will never come), or -1: a connection to it not up yet, a
+ * sync it has not reached, or a transfer with it not done over a transport
+ * that does not see the close by itself. */
+static int exec_left_peer(struct exec* e) {
+  struct loom_comm* comm = e->comm;
+  if (!e->plan || boot_left_count(comm) == 0) return -1;
+  if (!e->connected) {
+    for (uint32_t i = 0; i < e->plan->nops; i++) {
+      const struct plan_op* op = &e->plan->ops[i];
+      struct conn* c;
+      if (op->kind != OP_SEND && op->kind != OP_RECV && op->kind != OP_RECV_REDUCE) continue;
+      if (!boot_peer_left(comm, op->peer)) continue;
+      if (tp_conn_get(comm, op->peer, op->kind == OP_SEND, e->lane, &c) != loomSuccess) continue;
+      if (c->tp->connect_test(c) == loomInProgress) return op->peer;
+    }
+    return -1;
+  }
+  if (e->sync_wait)
+    for (int p = 0; p < comm->nranks; p++)
+      if (boot_peer_left(comm, p) && tp_sync_missing(comm, p)) return p;
+  for (uint32_t i = 0; i < e->nxf; i++) {
+    const struct xfer* x = &e->xf[i];
+    if (x->state != 1 && !x->conn->tp->sees_close && boot_peer_left(comm, x->conn->peer))
+      return x->conn->peer;
+  }
+  return -1;
+}
+
+/* A wait on a peer that left ends in loomRemoteError naming it, within a
+ * pass of the executor: the first pass that sees the departure only notes
+ * it, so whatever the peer delivered before it left is taken first. */
+static loomResult_t run_check_left(struct comm_run* run) {
+  int gone = exec_left_peer(&run->ex);
+  if (gone < 0 || gone != run->left_peer) {
+    run->left_peer = gone;
+    return loomSuccess;
+  }
+  char wait[160], why[400];
+  exec_describe_wait(&run->ex, wait, sizeof(wait));
+  snprintf(why, sizeof(why),
+           "peer %d left the communicator (loomCommDestroy) while rank %d still waited for it in "
+           "%s (%s)",
+           gone, run->comm->rank, run->ex.what, wait);
+  comm_set_failed(run->comm, gone, loomRemoteError, "%s", why);
+  boot_report_failure(run->comm, gone, why);
+  return loomRemoteError;
+}
+
 /* Checks what can end a wait: abort, a failed peer, the deadline. */
 static loomResult_t run_check(struct comm_run* run) {
   struct loom_comm* comm = run->comm;
@@ -301,6 +358,7 @@ static loomResult_t run_check(struct comm_run* run) {
     return err_set(comm, loomRemoteError, "%s interrupted: the communicator was aborted",
                    run->ex.what);
   LOOM_CHECK(comm_health(comm));
+  LOOM_CHECK(run_check_left(run));
   if (deadline_passed(&run->dl)) {
     char why[160];
     exec_describe_wait(&run->ex, why, sizeof(why));
@@ -333,7 +391,11 @@ static loomResult_t run_progress(struct comm_run* run, int* moved) {
  * moment, so the error names the cause rather than a survivor that left. */
 static loomResult_t root_cause(struct loom_comm* comm, loomResult_t r) {
   if (r != loomRemoteError) return r;
-  struct deadline grace = deadline_in_ms(1500); /* a loaded machine may delay the watcher */
+  /* A loaded machine may delay the watcher. When a peer has left cleanly,
+   * the closed connection is most likely its own, and there is no failure
+   * to wait for: a report from rank 0 (another rank failed because of the
+   * departure) comes within moments or not at all. */
+  struct deadline grace = deadline_in_ms(boot_left_count(comm) > 0 ? 200 : 1500);
   while (!deadline_passed(&grace)) {
     int e = atomic_load(&comm->async_error);
     if (e != loomSuccess && e != loomInProgress) return comm_health(comm);
@@ -420,10 +482,10 @@ static loomResult_t runs_make(struct coll_task* tasks, int ntasks, struct comm_r
     runs[nruns].lane = lane;
     runs[nruns].tasks = sorted + pos;
     for (int j = i; j < ntasks; j++)
-      if (tasks[j].comm == tasks[i].comm && lane_of(&tasks[j]) == lane)
-        sorted[pos++] = tasks[j];
+      if (tasks[j].comm == tasks[i].comm && lane_of(&tasks[j]) == lane) sorted[pos++] = tasks[j];
     runs[nruns].ntasks = (int)(sorted + pos - runs[nruns].tasks);
     runs[nruns].dl = deadline_in_ms(tasks[i].comm->timeout_ms);
+    runs[nruns].left_peer = -1;
     nruns++;
   }
   *out = runs;

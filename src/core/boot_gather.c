@@ -9,10 +9,10 @@
  * and the communicator's error state. */
 #include <errno.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "boot_internal.h"
 #include "checks.h"
@@ -72,19 +72,41 @@ static loomResult_t wait_error(struct bootstrap* b, loomResult_t verdict, const 
   return (health != loomSuccess && health != loomInProgress) ? health : verdict;
 }
 
+/* from left the communicator (loomCommDestroy) while this rank waited for
+ * its part of a collective exchange: the communicator has failed, and on
+ * rank 0 every other rank learns it, naming from. */
+static loomResult_t peer_left_error(struct bootstrap* b, int from, const char* what) {
+  char why[200];
+  snprintf(why, sizeof(why),
+           "peer %d left the communicator (loomCommDestroy) while the others still needed its %s",
+           from, what);
+  if (b->comm->rank == 0)
+    boot_peer_failed(b, from, loomRemoteError, why);
+  else
+    comm_set_failed(b->comm, from, loomRemoteError, "%s", why);
+  return comm_health(b->comm);
+}
+
 /* Takes the message (tag, from) from the mailbox, waiting for it. */
 static loomResult_t mail_wait(struct bootstrap* b, uint32_t tag, int from, const char* what,
                               const struct deadline* dl, struct boot_mail** out) {
   uint64_t start = time_now_ns();
   loomResult_t verdict = loomSuccess;
   struct boot_mail* m;
+  int left = 0;
   pthread_mutex_lock(&b->mail_lock);
   while ((m = mail_take_locked(b, tag, from)) == NULL) {
     verdict = wait_verdict(b->comm, dl);
     if (verdict != loomSuccess) break;
+    /* Its goodbye follows its messages on the same socket, and the watcher
+     * files a message before it reads what follows: no message yet, yet
+     * gone, means none will come. */
+    left = atomic_load_explicit(&b->left[from], memory_order_acquire) != 0;
+    if (left) break;
     cond_wait_slice(b, dl);
   }
   pthread_mutex_unlock(&b->mail_lock);
+  if (m == NULL && left) return peer_left_error(b, from, what);
   if (m == NULL) return wait_error(b, verdict, what, from, start);
   *out = m;
   return loomSuccess;

@@ -67,6 +67,11 @@ struct bootstrap {
   uint64_t pinged_ns;       /* the last heartbeat sent */
   int* watch_link;          /* link index of each watch_pfd entry */
 
+  /* Peers that said goodbye (left the communicator), as far as this rank
+   * knows: written by the watcher, read by any thread. */
+  _Atomic unsigned char* left; /* comm->nranks entries */
+  _Atomic int nleft;
+
   pthread_mutex_t mail_lock;
   pthread_cond_t mail_cond; /* CLOCK_MONOTONIC */
   struct boot_mail* mail;
@@ -96,6 +101,9 @@ loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstr
 /* Frees everything; stops the watcher first when it runs. */
 void boot_state_free(struct bootstrap* b, int clean);
 loomResult_t boot_watcher_start(struct bootstrap* b);
+/* Records that peer left cleanly (once), wakes waiters and, on rank 0,
+ * tells every other live rank (BOOT_LEFT). */
+void boot_peer_leaves(struct bootstrap* b, int peer);
 /* Records that peer failed (once per link), wakes waiters and, on rank 0,
  * tells every other live rank. why is the complete text. */
 void boot_peer_failed(struct bootstrap* b, int peer, loomResult_t code, const char* why);

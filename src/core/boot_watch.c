@@ -23,15 +23,18 @@
 loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstrap** out) {
   struct bootstrap* b = calloc(1, sizeof(*b));
   struct boot_link* links = calloc((size_t)nlinks, sizeof(*links));
-  if (b == NULL || links == NULL) {
+  _Atomic unsigned char* left = calloc((size_t)comm->nranks, sizeof(*left));
+  if (b == NULL || links == NULL || left == NULL) {
     free(b);
     free(links);
+    free((void*)left);
     return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
                        "bootstrap: out of memory for %d links", nlinks);
   }
   b->comm = comm;
   b->nlinks = nlinks;
   b->links = links;
+  b->left = left;
   b->listen_fd = -1;
   b->stop_fd = -1;
   for (int i = 0; i < nlinks; i++) {
@@ -116,6 +119,7 @@ void boot_state_free(struct bootstrap* b, int clean) {
   free(b->watch_pfd);
   free(b->watch_link);
   free(b->links);
+  free((void*)b->left);
   free(b);
 }
 
@@ -159,6 +163,33 @@ static void failure_broadcast(struct bootstrap* b, int peer, loomResult_t code, 
   }
 }
 
+/* Rank 0 only: tells the other live ranks that peer left, so that one of
+ * them waiting on it fails at once instead of at its deadline. Bounded like
+ * failure_broadcast. */
+static void left_broadcast(struct bootstrap* b, int peer) {
+  int32_t who = peer;
+  struct deadline dl = deadline_in_ms(BOOT_NOTIFY_MS);
+  for (int r = 1; r < b->nlinks; r++) {
+    struct boot_link* l = &b->links[r];
+    if (r == peer || l->fd < 0 || l->done || atomic_load(&l->dead)) continue;
+    int err = boot_link_send(l, 0, BOOT_LEFT, 0, &who, sizeof(who), &dl, &b->stopping);
+    if (err != 0)
+      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d left: %s", r, peer,
+                sock_err_str(err));
+  }
+}
+
+void boot_peer_leaves(struct bootstrap* b, int peer) {
+  if (peer < 0 || peer >= b->comm->nranks || peer == b->comm->rank) return;
+  if (atomic_exchange(&b->left[peer], 1)) return;
+  atomic_fetch_add(&b->nleft, 1);
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d: peer %d left the communicator", b->comm->rank,
+            peer);
+  if (b->comm->rank == 0) left_broadcast(b, peer);
+  mail_wake(b);
+  comm_wake(b->comm);
+}
+
 void boot_peer_failed(struct bootstrap* b, int peer, loomResult_t code, const char* why) {
   struct boot_link* l = link_of(b, peer);
   if (l != NULL && atomic_exchange(&l->dead, 1)) return; /* reported already */
@@ -196,15 +227,46 @@ static void link_malformed(struct bootstrap* b, struct boot_link* l, const char*
   boot_peer_failed(b, l->peer, loomRemoteError, why);
 }
 
-/* Rank 0 says another rank failed. */
-static void failed_report(struct bootstrap* b, const struct boot_mail* m) {
+/* Rank 0 says another rank failed; or, on rank 0, a rank says an operation
+ * of it failed because of a peer (boot_report_failure): rank 0 tells all. */
+static void failed_report(struct bootstrap* b, const struct boot_link* l,
+                          const struct boot_mail* m) {
   struct boot_failed f;
   memcpy(&f, m->data, sizeof(f));
   f.why[sizeof(f.why) - 1] = '\0';
   int peer = (f.rank >= 0 && f.rank < b->comm->nranks) ? f.rank : -1;
+  if (b->comm->rank == 0) {
+    char why[sizeof(f.why) + 48];
+    snprintf(why, sizeof(why), "%s (reported by rank %d)", f.why, l->peer);
+    boot_peer_failed(b, peer, loomRemoteError, why);
+    return;
+  }
   comm_set_failed(b->comm, peer, loomRemoteError, "peer %d failed (reported by rank 0): %s", peer,
                   f.why);
   mail_wake(b);
+}
+
+void boot_report_failure(struct loom_comm* comm, int peer, const char* why) {
+  struct bootstrap* b = comm->boot;
+  if (b == NULL) return;
+  if (comm->rank == 0) {
+    boot_peer_failed(b, peer, loomRemoteError, why);
+    return;
+  }
+  struct {
+    struct boot_hdr h;
+    struct boot_failed f;
+  } msg;
+  memset(&msg, 0, sizeof(msg));
+  boot_hdr_fill(&msg.h, comm->rank, BOOT_FAILED, 0, sizeof(msg.f));
+  msg.f.rank = peer;
+  msg.f.code = loomRemoteError;
+  snprintf(msg.f.why, sizeof(msg.f.why), "%.*s", (int)sizeof(msg.f.why) - 1, why);
+  struct boot_link* l = &b->links[0];
+  if (l->fd < 0 || atomic_load(&l->dead) || l->done) return;
+  pthread_mutex_lock(&l->send_lock);
+  sock_send_nowait(l->fd, &msg, sizeof(msg));
+  pthread_mutex_unlock(&l->send_lock);
 }
 
 /* Checks a complete header; allocates room for the payload. */
@@ -219,7 +281,9 @@ static int link_hdr_ok(struct bootstrap* b, struct boot_link* l) {
   }
   int fits = (h->type == BOOT_DATA) || (h->type == BOOT_BYE && h->length == 0) ||
              (h->type == BOOT_PING && h->length == 0) ||
-             (h->type == BOOT_FAILED && l->peer == 0 && h->length == sizeof(struct boot_failed));
+             (h->type == BOOT_FAILED && (l->peer == 0 || b->comm->rank == 0) &&
+              h->length == sizeof(struct boot_failed)) ||
+             (h->type == BOOT_LEFT && l->peer == 0 && h->length == sizeof(int32_t));
   if (ok && !fits) {
     snprintf(why, sizeof(why), "unexpected %s message of %u bytes", boot_type_name(h->type),
              h->length);
@@ -260,8 +324,13 @@ static void link_dispatch(struct bootstrap* b, struct boot_link* l) {
   } else if (l->hdr.type == BOOT_BYE) {
     l->bye = 1;
     LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: peer %d said goodbye", l->peer);
+    boot_peer_leaves(b, l->peer);
+  } else if (l->hdr.type == BOOT_LEFT) {
+    int32_t who;
+    memcpy(&who, m->data, sizeof(who));
+    boot_peer_leaves(b, who);
   } else {
-    failed_report(b, m);
+    failed_report(b, l, m);
   }
   free(m);
 }

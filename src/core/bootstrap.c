@@ -26,7 +26,7 @@ const char* boot_type_name(unsigned type) {
   static const char* const names[BOOT_TYPE_MAX] = {
       [BOOT_HELLO] = "hello", [BOOT_TABLE] = "table",   [BOOT_DATA] = "data",
       [BOOT_BYE] = "bye",     [BOOT_FAILED] = "failed", [BOOT_REFUSED] = "refused",
-      [BOOT_PING] = "ping"};
+      [BOOT_PING] = "ping",   [BOOT_LEFT] = "left"};
   return (type > 0 && type < BOOT_TYPE_MAX) ? names[type] : "unknown";
 }
 
@@ -255,7 +255,20 @@ loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen
 
 /* ---- What other layers may read --------------------------------------------- */
 
-uint64_t boot_secret(const struct loom_comm* comm) { return comm->boot->secret; }
+uint64_t boot_secret(const struct loom_comm* comm) {
+  return comm->boot->secret;
+}
+
+int boot_peer_left(const struct loom_comm* comm, int peer) {
+  const struct bootstrap* b = comm->boot;
+  if (b == NULL || peer < 0 || peer >= comm->nranks) return 0;
+  return atomic_load_explicit(&b->left[peer], memory_order_acquire) != 0;
+}
+
+int boot_left_count(const struct loom_comm* comm) {
+  const struct bootstrap* b = comm->boot;
+  return b == NULL ? 0 : atomic_load_explicit(&b->nleft, memory_order_acquire);
+}
 
 int boot_route_addr(const struct loom_comm* comm, union sock_addr* addr_out) {
   const struct bootstrap* b = comm->boot;

@@ -29,7 +29,7 @@ struct boot_id {
   uint8_t reserved[128 - 40];
 };
 #define BOOT_ID_MAGIC 0x6c6d4944u /* "lmID" */
-#define BOOT_WIRE_VERSION 1
+#define BOOT_WIRE_VERSION 2
 
 /* ---- Wire format (exposed for the unit tests of the parser) ---- */
 #define BOOT_MSG_MAGIC 0x4c4d5747u /* "LMWG" */
@@ -42,6 +42,7 @@ enum boot_msg_type {
   BOOT_FAILED,    /* root -> rank: payload struct boot_failed */
   BOOT_REFUSED,   /* root -> rank: payload is a text saying why */
   BOOT_PING,      /* either way, no payload: I am alive (heartbeat) */
+  BOOT_LEFT,      /* root -> rank: int32 rank that said goodbye (left the communicator) */
   BOOT_TYPE_MAX
 };
 struct boot_hdr {
@@ -116,6 +117,18 @@ uint64_t boot_secret(const struct loom_comm* comm);
  * such connection (one rank). Logs nothing; never blocks. */
 union sock_addr;
 int boot_route_addr(const struct loom_comm* comm, union sock_addr* addr_out);
+/* 1 when peer has left the communicator cleanly (it said goodbye: it
+ * destroyed its communicator), as this rank has learnt so far: from the
+ * peer's own goodbye (rank 0, and every rank about rank 0) or from rank 0's
+ * BOOT_LEFT notice. A wait on such a peer will never end. Lock-free. */
+int boot_peer_left(const struct loom_comm* comm, int peer);
+/* How many peers have left (0 on the fast path). Lock-free. */
+int boot_left_count(const struct loom_comm* comm);
+/* An operation of this rank failed because of peer (it left, say): records
+ * it (comm_set_failed) and has rank 0 tell every rank, so that ranks waiting
+ * on this one fail at once too, naming peer, instead of at their deadline.
+ * Never blocks: a notice that does not fit in the socket is dropped. */
+void boot_report_failure(struct loom_comm* comm, int peer, const char* why);
 /* Says goodbye (clean == 1) or just closes (abort), stops the watcher and
  * frees. Never blocks on peers. */
 void boot_fini(struct loom_comm* comm, int clean);

@@ -36,8 +36,55 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
   return loomSuccess;
 }
 
+static pthread_mutex_t forming_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void comm_forming_begin(struct loom_comm* parent, struct loom_comm* child) {
+  pthread_mutex_lock(&forming_lock);
+  child->parent = parent;
+  parent->forming = child;
+  int e = atomic_load(&parent->async_error);
+  if (e != loomSuccess && e != loomInProgress) atomic_store(&child->aborted, COMM_ABORT_PARENT);
+  pthread_mutex_unlock(&forming_lock);
+}
+
+loomResult_t comm_forming_end(struct loom_comm* child, int ok) {
+  loomResult_t cause = loomSuccess;
+  pthread_mutex_lock(&forming_lock);
+  struct loom_comm* parent = child->parent;
+  if (parent && parent->forming == child) parent->forming = NULL;
+  child->parent = NULL;
+  int stopped = COMM_ABORT_PARENT;
+  if (ok) {
+    atomic_compare_exchange_strong(&child->aborted, &stopped, 0);
+  } else if (parent && atomic_load(&child->aborted) == COMM_ABORT_PARENT) {
+    cause = comm_health(parent); /* its cause, to this thread's last error too */
+    pthread_mutex_lock(&child->err_lock);
+    snprintf(child->last_error, sizeof(child->last_error), "%s", err_thread_last());
+    pthread_mutex_unlock(&child->err_lock);
+  }
+  pthread_mutex_unlock(&forming_lock);
+  return cause;
+}
+
+/* A failure of comm stops the child a split of it is forming. */
+static void forming_stop(struct loom_comm* comm) {
+  pthread_mutex_lock(&forming_lock);
+  struct loom_comm* child = comm->forming;
+  if (child) {
+    int none = 0;
+    atomic_compare_exchange_strong(&child->aborted, &none, COMM_ABORT_PARENT);
+    comm_wake(child);
+  }
+  pthread_mutex_unlock(&forming_lock);
+}
+
 void comm_free(struct loom_comm* comm) {
   if (!comm) return;
+  comm_forming_end(comm, 0);
+  pthread_mutex_lock(&forming_lock);
+  if (comm->forming) comm->forming->parent = NULL;
+  comm->forming = NULL;
+  pthread_mutex_unlock(&forming_lock);
   if (comm->handle) handle_end(comm->handle, HANDLE_COMM);
   free(comm->peers);
   pthread_mutex_destroy(&comm->err_lock);
@@ -92,6 +139,7 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
   pthread_mutex_unlock(&comm->err_lock);
   if (first) { /* from the local copy: last_error may change under its lock */
     LOOM_WARN(SUB_ALL, "%s", full);
+    forming_stop(comm);
     err_copy_to_thread(full);
     if (peer >= 0 && peer < comm->nranks && comm->peers) report_blame(comm->peers[peer].pid);
   }

@@ -53,7 +53,11 @@ struct loom_comm {
   /* Error state. async_error is loomInProgress during a non-blocking init,
    * then loomSuccess, or the error that broke the communicator. */
   _Atomic int async_error;
-  _Atomic int aborted;     /* loomCommAbort was called on this rank */
+  /* Nonzero: every wait of this communicator gives up. COMM_ABORT_USER:
+   * loomCommAbort was called on this rank; COMM_ABORT_PARENT: the
+   * communicator that this one is being split from failed while this one
+   * was forming (it never reaches the user then). */
+  _Atomic int aborted;
   _Atomic int failed_peer; /* the peer that failed, or -1 */
   pthread_mutex_t err_lock;
   char last_error[LOOM_ERR_LEN];
@@ -67,6 +71,11 @@ struct loom_comm {
   void (*wake_fn)(void* arg);
   void* wake_arg;
 
+  /* A split in progress: the child forming and the parent it comes from
+   * (comm_forming_*, under a process-wide lock). */
+  struct loom_comm* forming;
+  struct loom_comm* parent;
+
   /* Public calls inside the bootstrap on other threads (split, finalize):
    * loomCommAbort waits for them to leave before freeing. */
   _Atomic int boot_users;
@@ -75,6 +84,8 @@ struct loom_comm {
   pthread_t init_thread;
   int init_thread_live;
 };
+
+enum { COMM_ABORT_USER = 1, COMM_ABORT_PARENT = 2 };
 
 /* Allocates a communicator in the initialising state, with a live handle. */
 loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loom_comm** out);
@@ -102,6 +113,16 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
  * loomInvalidUsage naming the variable and the ranks that differ from rank
  * 0. Every rank reaches the same verdict. Pure, apart from the error. */
 loomResult_t comm_settings_check(struct loom_comm* comm);
+/* child is being made by a split of parent: if parent fails (now or before
+ * comm_forming_end), child's waits give up (COMM_ABORT_PARENT), so the split
+ * reports the parent's failure instead of waiting for a dead rank until its
+ * deadline. */
+void comm_forming_begin(struct loom_comm* parent, struct loom_comm* child);
+/* child's init is over. ok: it succeeded, and a stop that came too late to
+ * matter is undone. Otherwise, when it was the parent's failure that stopped
+ * it, returns that failure's code with its text in the thread's (and the
+ * child's) last error; else loomSuccess. */
+loomResult_t comm_forming_end(struct loom_comm* child, int ok);
 /* Calls the wake hook, if set (any thread). */
 void comm_wake(struct loom_comm* comm);
 /* Sets the wake hook; fn NULL clears it. */

@@ -9,6 +9,8 @@
  * all-gather, whether direct plans may run: all or none, so every rank
  * builds the same plans. A reduction from a peer read by cross-memory attach
  * goes through a small bounce buffer that stays in cache. */
+#include "peer.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,7 +24,6 @@
 #include "../core/checks.h"
 #include "../core/params.h"
 #include "../kernels/cpu/cpu_kernels.h"
-#include "peer.h"
 
 #define BOUNCE_BYTES (256u << 10)
 #define CMA_PIECE (4u << 20)
@@ -37,8 +38,8 @@ struct peer_map {
 
 struct peer_state {
   int direct_ok;
-  uint64_t gen;            /* syncs this rank has arrived at */
-  uint64_t probe_word;     /* what peers read to probe cross-memory attach */
+  uint64_t gen;        /* syncs this rank has arrived at */
+  uint64_t probe_word; /* what peers read to probe cross-memory attach */
   void* bounce;
   struct peer_map maps[MAP_CACHE];
   int next_victim;
@@ -95,9 +96,10 @@ static int probe_peer(struct loom_comm* comm, int peer) {
   uint64_t got = 0;
   int e = cma_read(comm, peer, pub->probe_addr, &got, sizeof(got));
   if (e || got != pub->probe_value) {
-    LOOM_INFO(SUB_SHM, "rank %d: cannot read peer %d's memory (process_vm_readv: %s); "
-              "direct plans are off for this communicator", comm->rank, peer,
-              e ? strerror(e) : "wrong value");
+    LOOM_INFO(SUB_SHM,
+              "rank %d: cannot read peer %d's memory (process_vm_readv: %s); "
+              "direct plans are off for this communicator",
+              comm->rank, peer, e ? strerror(e) : "wrong value");
     return 0;
   }
   return 1;
@@ -117,8 +119,8 @@ loomResult_t peer_comm_init(struct loom_comm* comm) {
   LOOM_CHECK(boot_barrier(comm, &dl));
   /* Direct plans stand in for shm and local; when LOOM_TRANSPORTS asks for
    * neither (sockets only, say) they stay off. */
-  int ok = params_get()->direct != 0 &&
-           (tp_transport_allowed("shm") || tp_transport_allowed("local"));
+  int ok =
+      params_get()->direct != 0 && (tp_transport_allowed("shm") || tp_transport_allowed("local"));
   for (int p = 0; p < comm->nranks && ok; p++)
     if (p != comm->rank) ok = tp_pub(comm, p) != NULL && probe_peer(comm, p);
   int* all = calloc((size_t)comm->nranks, sizeof(int));
@@ -177,6 +179,11 @@ int tp_sync_done(struct loom_comm* comm) {
     if (atomic_load_explicit(&tp_pub(comm, p)->phase, memory_order_acquire) < ps->gen) return 0;
   for (int p = 0; p < comm->nranks; p++) TSAN_ACQUIRE(comm, p);
   return 1;
+}
+
+int tp_sync_missing(struct loom_comm* comm, int peer) {
+  struct peer_state* ps = state_of(comm);
+  return atomic_load_explicit(&tp_pub(comm, peer)->phase, memory_order_acquire) < ps->gen;
 }
 
 /* A mapping of the peer's loomMemAlloc region, made on first use. */

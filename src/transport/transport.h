@@ -40,6 +40,12 @@ struct xfer {
 
 struct loom_transport {
   const char* name; /* "local", "shm", ... */
+  /* 1 when a transfer with a peer that closed its end (it left the
+   * communicator) fails by itself once everything the peer sent has
+   * arrived (sockets: the close follows the last byte on each stream). 0
+   * when the executor must watch for the peer's departure itself (a
+   * receiver that never attached cannot mark a FIFO closed). */
+  int sees_close;
   /* Pure query, no side effects: can this transport join self to peer? */
   loomResult_t (*can_connect)(const struct peer_info* self, const struct peer_info* peer,
                               int* ok_out);
@@ -163,6 +169,8 @@ void tp_peer_publish(struct loom_comm* comm, void* const* bufs, const size_t* by
 void tp_sync_arrive(struct loom_comm* comm);
 /* 1 once every peer has arrived at this rank's latest sync. Never blocks. */
 int tp_sync_done(struct loom_comm* comm);
+/* 1 when peer has not arrived at this rank's latest sync yet. */
+int tp_sync_missing(struct loom_comm* comm, int peer);
 /* dst = bytes at offset off of peer's published buffer buf. Checks the
  * range against what the peer published (a mismatch of the ranks'
  * arguments is loomInvalidUsage naming the peer); loomRemoteError when the

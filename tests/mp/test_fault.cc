@@ -32,8 +32,8 @@ namespace {
 
 using harness::Ctx;
 using harness::meet;
-using harness::names_rank;
 using harness::Mode;
+using harness::names_rank;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kDetectS = 5.0;        // the bound
@@ -237,7 +237,8 @@ TEST(FaultHeartbeat, ASilentRankIsNamedBeforeTheTimeout) {
         // Everyone learns the silent rank's pid first.
         std::vector<int64_t> pids(n, 0);
         pids[c.rank] = getpid();
-        ASSERT_LOOM_OK(loomAllReduce(pids.data(), pids.data(), n, loomInt64, loomSum, c.comm, nullptr));
+        ASSERT_LOOM_OK(
+            loomAllReduce(pids.data(), pids.data(), n, loomInt64, loomSum, c.comm, nullptr));
         if (c.rank == silent) raise(SIGSTOP);
         std::vector<float> send(kBigCount, 1.0f), recv(kBigCount, 0.0f);
         auto t0 = Clock::now();
@@ -435,5 +436,91 @@ TEST(FaultInitTimeout, ARankThatNeverJoins) {
       o);
   EXPECT_SHM_CLEAN(shm);
 }
+
+}  // namespace
+
+namespace {
+
+// ---- Split while a rank dies ----------------------------------------------------------
+
+// The loop: loomCommSplit, an all-reduce on the part, destroy it,
+// again, while one rank is killed at a random moment (SIGKILL from a thread
+// of its own, so it may die inside the split, the part's init, the
+// all-reduce or the destroy). Every survivor's first failing call returns
+// loomRemoteError naming the dead rank within 5 s (the communicators'
+// timeout is 3 s, so a split that waits for its deadline shows up as
+// loomTimeout), and the parent communicator reports the failure, naming it.
+// Before, 1-5 of 60 survivors got loomTimeout inside the split and the
+// parent's last error was sometimes empty.
+class FaultSplit : public ::testing::TestWithParam<int> {};
+
+TEST_P(FaultSplit, SurvivorsNameTheDeadRank) {
+  const int n = 4, run = GetParam();
+  // Chosen by the test process; its ranks read the choice from the
+  // environment (they run this body again).
+  unsigned seed = (unsigned)(run * 7919 + (int)(Clock::now().time_since_epoch().count() % 100000));
+  const int victim =
+      getenv("LOOM_TEST_VICTIM") ? atoi(getenv("LOOM_TEST_VICTIM")) : (int)(seed % n);
+  const int delay_ms =
+      getenv("LOOM_TEST_DELAY_MS") ? atoi(getenv("LOOM_TEST_DELAY_MS")) : (int)((seed / 7) % 150);
+  harness::Opts o;
+  o.comm_timeout_ms = 3000;
+  o.timeout_s = 60;
+  o.env = {{"LOOM_TEST_VICTIM", std::to_string(victim)},
+           {"LOOM_TEST_DELAY_MS", std::to_string(delay_ms)}};
+  o.expect_killed = {victim};
+  SCOPED_TRACE("victim " + std::to_string(victim) + " after " + std::to_string(delay_ms) + " ms");
+  harness::run(
+      n, Mode::Proc,
+      [](Ctx& c) {
+        const int victim = atoi(getenv("LOOM_TEST_VICTIM"));
+        const int delay_ms = atoi(getenv("LOOM_TEST_DELAY_MS"));
+        if (c.rank == victim) {
+          std::thread([delay_ms] {
+            usleep((useconds_t)delay_ms * 1000);
+            raise(SIGKILL);
+          }).detach();
+        }
+        auto start = Clock::now();
+        loomResult_t r = loomSuccess;
+        const char* what = "";
+        double s = 0;
+        std::string text;
+        while (r == loomSuccess && since(start) < 20) {
+          loomComm_t part = nullptr;
+          auto t0 = Clock::now();
+          r = loomCommSplit(c.comm, c.rank % 2, c.rank, &part, nullptr);
+          what = "split";
+          if (r == loomSuccess) {
+            std::vector<int> v(1 << 14, c.rank + 1);
+            t0 = Clock::now();
+            r = loomAllReduce(v.data(), v.data(), v.size(), loomInt32, loomSum, part, nullptr);
+            what = "all-reduce on the part";
+            if (r != loomSuccess) text = loomGetLastError(part);
+            loomCommDestroy(part);
+          } else {
+            text = loomGetLastError(c.comm);
+          }
+          s = since(t0);
+        }
+        ASSERT_NE(c.rank, victim) << "the victim survived its SIGKILL";
+        SCOPED_TRACE(std::string("the first failing call: ") + what + ": " + text);
+        EXPECT_EQ(r, loomRemoteError) << loomGetErrorString(r) << ": " << text;
+        // The part numbers its ranks by key (the parent's rank) within a color.
+        bool in_part = std::string(what) != "split";
+        EXPECT_TRUE(!in_part || victim % 2 == c.rank % 2) << "a part without the victim failed";
+        EXPECT_TRUE(names_rank(text, in_part ? victim / 2 : victim)) << "the failing call's text";
+        EXPECT_LT(s, kDetectS) << "rank " << c.rank << " took " << s << " s to notice";
+        // The parent knows too, and says why.
+        loomResult_t async = loomSuccess;
+        for (auto t0 = Clock::now(); async == loomSuccess && since(t0) < kDetectS; usleep(2000))
+          ASSERT_LOOM_OK(loomCommGetAsyncError(c.comm, &async));
+        EXPECT_EQ(async, loomRemoteError);
+        EXPECT_TRUE(names_rank(loomGetLastError(c.comm), victim)) << "loomGetLastError(parent)";
+      },
+      o);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runs, FaultSplit, ::testing::Range(0, 20));
 
 }  // namespace

@@ -375,6 +375,7 @@ static void socket_comm_fini(struct loom_comm* comm, int failed) {
 
 const struct loom_transport loom_transport_socket = {
     .name = "socket",
+    .sees_close = 1,
     .can_connect = socket_can_connect,
     .connect = socket_connect,
     .connect_test = socket_connect_test,

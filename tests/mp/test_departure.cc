@@ -1,0 +1,177 @@
+// test_departure.cc - a rank that leaves (loomCommDestroy) while its peers
+// still need it. A clean goodbye is no failure in itself, but a wait on a
+// rank that left can never end: each peer that still needs it gets
+// loomRemoteError naming it within moments, instead of loomTimeout at its
+// deadline ("connecting to its peers", 10 s in the issue's reproducer).
+// Every communicator here has a 20 s timeout, so an error within a few
+// seconds can only come from the departure.
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using harness::Ctx;
+using harness::Mode;
+using harness::Opts;
+using Clock = std::chrono::steady_clock;
+
+// A failure bound, not a timing: the issue asks for "within a second"; a
+// loaded machine gets some slack, and the communicator's timeout is 20 s.
+constexpr double kBoundS = 3.0;
+constexpr int kLeaver = 1;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+Opts DepartureOpts() {
+  Opts o;
+  o.timeout_s = 90;
+  o.comm_timeout_ms = 20000;
+  return o;
+}
+
+// The leaver destroys its communicator; the others call `op`, which must
+// fail at once naming the leaver.
+template <typename Op>
+void LeaveThen(Ctx& c, Op op) {
+  if (c.rank == kLeaver) {
+    ASSERT_LOOM_OK(loomCommDestroy(c.comm));
+    c.comm = nullptr;
+    return;
+  }
+  auto t0 = Clock::now();
+  loomResult_t r = op(c);
+  double s = Since(t0);
+  EXPECT_EQ(r, loomRemoteError) << loomGetLastError(c.comm);
+  EXPECT_LT(s, kBoundS) << "rank " << c.rank << " learnt of the departure after " << s << " s";
+  EXPECT_TRUE(harness::names_rank(loomGetLastError(c.comm), kLeaver));
+  std::string text = loomGetLastError(c.comm);
+  EXPECT_TRUE(text.find("left the communicator") != std::string::npos ||
+              text.find("destroyed") != std::string::npos)
+      << text;
+}
+
+class Departure : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
+
+// The issue's case: destroy right after init, the peers enter an
+// all-reduce (before: loomTimeout "connecting to its peers" at the deadline).
+TEST_P(Departure, DestroyRightAfterInitThenAllReduce) {
+  auto [mode, n] = GetParam();
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        LeaveThen(c, [](Ctx& c) {
+          std::vector<float> v(1000, 1.0f + c.rank);
+          return loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, c.comm, nullptr);
+        });
+      },
+      DepartureOpts());
+}
+
+// Connections are up (an all-reduce first); the leaver then goes, and the
+// others wait for a broadcast from it.
+TEST_P(Departure, BroadcastFromARankThatLeft) {
+  auto [mode, n] = GetParam();
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        std::vector<int> v(4096, c.rank);
+        ASSERT_LOOM_OK(
+            loomAllReduce(v.data(), v.data(), v.size(), loomInt32, loomSum, c.comm, nullptr));
+        LeaveThen(c, [&v](Ctx& c) {
+          return loomBroadcast(v.data(), v.data(), v.size(), loomInt32, kLeaver, c.comm, nullptr);
+        });
+      },
+      DepartureOpts());
+}
+
+// A send larger than a FIFO to a rank that left and never received.
+TEST_P(Departure, SendToARankThatLeft) {
+  auto [mode, n] = GetParam();
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        LeaveThen(c, [](Ctx& c) {
+          std::vector<char> big((size_t)9 << 20, 'x');
+          return loomSend(big.data(), big.size(), loomInt8, kLeaver, c.comm, nullptr);
+        });
+      },
+      DepartureOpts());
+}
+
+// A split (an exchange through the bootstrap) with a rank that left.
+TEST_P(Departure, SplitWithARankThatLeft) {
+  auto [mode, n] = GetParam();
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        LeaveThen(c, [](Ctx& c) {
+          loomComm_t sub = nullptr;
+          loomResult_t r = loomCommSplit(c.comm, 0, c.rank, &sub, nullptr);
+          EXPECT_EQ(sub, nullptr);
+          return r;
+        });
+      },
+      DepartureOpts());
+}
+
+// Ranks that leave after every operation they share with the others is
+// done take nothing from them: the others' later operations among
+// themselves still work (point-to-point), and their teardown is clean.
+TEST_P(Departure, LeavingAfterTheLastSharedOperationIsFine) {
+  auto [mode, n] = GetParam();
+  harness::run(
+      n, mode,
+      [n = n](Ctx& c) {
+        std::vector<int> v(1 << 16, c.rank + 1);
+        ASSERT_LOOM_OK(
+            loomAllReduce(v.data(), v.data(), v.size(), loomInt32, loomSum, c.comm, nullptr));
+        ASSERT_EQ(v[7], n * (n + 1) / 2);
+        if (c.rank == kLeaver) {
+          ASSERT_LOOM_OK(loomCommDestroy(c.comm));
+          c.comm = nullptr;
+          return;
+        }
+        if (c.rank > 1) return;  // rank 0 alone sends to itself below
+        int x = 42, y = 0;
+        ASSERT_LOOM_OK(loomGroupStart());
+        ASSERT_LOOM_OK(loomSend(&x, 1, loomInt32, 0, c.comm, nullptr));
+        ASSERT_LOOM_OK(loomRecv(&y, 1, loomInt32, 0, c.comm, nullptr));
+        ASSERT_LOOM_OK(loomGroupEnd());
+        EXPECT_EQ(y, 42);
+      },
+      DepartureOpts());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Departure,
+                         ::testing::Combine(::testing::Values(Mode::Proc, Mode::Thread),
+                                            ::testing::Values(2, 4)),
+                         [](const ::testing::TestParamInfo<Departure::ParamType>& i) {
+                           return std::string(harness::mode_name(std::get<0>(i.param))) +
+                                  std::to_string(std::get<1>(i.param));
+                         });
+
+// Over sockets too (LOOM_TRANSPORTS=socket): a connection the leaver never
+// made is refused at its closed listener; the departure ends the wait.
+TEST(DepartureSocket, DestroyRightAfterInitThenAllReduce) {
+  Opts o = DepartureOpts();
+  o.env = {{"LOOM_TRANSPORTS", "socket"}};
+  harness::run(
+      3, Mode::Proc,
+      [](Ctx& c) {
+        LeaveThen(c, [](Ctx& c) {
+          std::vector<float> v(1000, 1.0f);
+          return loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, c.comm, nullptr);
+        });
+      },
+      o);
+}
+
+}  // namespace
