@@ -172,13 +172,25 @@ static int check_algo(const char* v, char* why, size_t len) {
   }
 }
 
+/* A comma list of point:rank (fault.c). */
 static int check_fault(const char* v, char* why, size_t len) {
-  long long r;
-  const char* colon = strrchr(v, ':');
-  if (!*v) return 0;
-  if (!colon || colon == v || parse_int(colon + 1, &r) != 0 || r < 0) {
-    snprintf(why, len, "'%s' is not point:rank", v);
-    return -1;
+  for (const char* p = v; *p;) {
+    const char* end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    const char* colon = memchr(p, ':', (size_t)(end - p));
+    long long r;
+    char digits[24];
+    size_t nd = colon ? (size_t)(end - colon - 1) : 0;
+    if (nd < sizeof(digits)) {
+      memcpy(digits, colon ? colon + 1 : "", nd);
+      digits[nd] = '\0';
+    }
+    if (!colon || !is_word(p, colon) || nd == 0 || nd >= sizeof(digits) ||
+        parse_int(digits, &r) != 0 || r < 0) {
+      snprintf(why, len, "'%.*s' is not point:rank", (int)(end - p), p);
+      return -1;
+    }
+    p = *end ? end + 1 : end;
   }
   return 0;
 }
@@ -221,7 +233,7 @@ static const struct {
      "a family (ring) or coll:family pairs separated by ; (allreduce:ring;allgather:rhd)"},
     {"LOOM_PROTO", check_proto, "simple, or empty"},
     {"LOOM_CPU_KERNEL", check_cpu_kernel, "auto, avx512, avx2 or scalar"},
-    {"LOOM_FAULT", check_fault, "point:rank, e.g. allreduce:1"},
+    {"LOOM_FAULT", check_fault, "a comma list of point:rank, e.g. init:2,allreduce:1"},
     {"LOOM_SECRET", check_secret, "1 to 16 hex digits"},
 };
 #define NSTR ((int)(sizeof(str_rows) / sizeof(str_rows[0])))

@@ -38,6 +38,9 @@ struct fifo_ctrl {
   uint32_t pad0;
   uint64_t slot_bytes;
   uint64_t total_bytes; /* of the mapping: ctrl + data */
+  /* shm: whose FIFO this is, checked by the receiver that maps it. */
+  uint64_t comm_hash;
+  int32_t src, dst, lane, pad1;
   _Atomic uint64_t head __attribute__((aligned(64)));
   _Atomic uint64_t tail __attribute__((aligned(64)));
   _Atomic uint32_t closed __attribute__((aligned(64))); /* a side aborted */

@@ -14,26 +14,15 @@
 #include "../core/checks.h"
 #include "../core/params.h"
 #include "peer.h"
+#include "rankseg.h"
 
-#define RANK_SEG_MAGIC 0x4c4d52414e4b3031ULL /* "LMRANK01" */
-#define RANK_SEG_BYTES 4096
 #define TP_MAX_TRANSPORTS 8
 
-/* What a rank shares with the peers on its host. */
-struct rank_seg {
-  _Atomic uint64_t magic;
-  struct bell bell;
-  struct peer_pub pub; /* direct plans (peer.c) */
-};
-_Static_assert(sizeof(struct rank_seg) <= RANK_SEG_BYTES, "the rank segment outgrew its page");
-
 struct tp_comm {
-  struct rank_seg* self_seg;
-  struct rank_seg** peer_segs; /* NULL where the peer is on another host */
-  struct conn** send_conns;    /* [lane * nranks + peer] */
+  struct rank_segs segs;    /* this rank's and its same-host peers' (rankseg.h) */
+  struct conn** send_conns; /* [lane * nranks + peer] */
   struct conn** recv_conns;
   int spin;
-  int same_host_ranks;
   int helper_threads;      /* threads a transport runs for this rank (tp_helper_thread_add) */
   struct peer_state* peer; /* peer.c */
   int allowed[TP_MAX_TRANSPORTS]; /* by LOOM_TRANSPORTS, index in all_transports */
@@ -92,66 +81,9 @@ void** tp_comm_state(struct loom_comm* comm, const struct loom_transport* t) {
   return NULL; /* not reached: every transport is in all_transports */
 }
 
-static void rank_seg_name(const struct loom_comm* comm, int rank, char* buf, size_t len) {
-  snprintf(buf, len, "/loom-%016llx-r%d", (unsigned long long)comm->comm_hash, rank);
-}
-
-static int same_host(const struct loom_comm* comm, int peer) {
-  return comm->peers[peer].host_id == comm->peers[comm->rank].host_id;
-}
-
-static loomResult_t rank_seg_create(struct loom_comm* comm, struct rank_seg** out) {
-  char name[64];
-  rank_seg_name(comm, comm->rank, name, sizeof(name));
-  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0)
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", name,
-                       strerror(errno));
-  if (ftruncate(fd, RANK_SEG_BYTES) != 0) {
-    int e = errno;
-    close(fd);
-    shm_unlink(name);
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "ftruncate(%s) failed: %s", name,
-                       strerror(e));
-  }
-  void* p = mmap(NULL, RANK_SEG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(name);
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap(%s) failed: %s", name,
-                       strerror(errno));
-  }
-  struct rank_seg* seg = p;
-  atomic_store(&seg->magic, RANK_SEG_MAGIC);
-  *out = seg;
-  return loomSuccess;
-}
-
-static loomResult_t rank_seg_open(struct loom_comm* comm, int peer, struct rank_seg** out) {
-  char name[64];
-  rank_seg_name(comm, peer, name, sizeof(name));
-  int fd = shm_open(name, O_RDWR, 0600);
-  if (fd < 0)
-    return err_set_sub(comm, SUB_SHM, loomSystemError,
-                       "cannot open the shared segment %s of peer %d: %s", name, peer,
-                       strerror(errno));
-  void* p = mmap(NULL, RANK_SEG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED)
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", name,
-                       strerror(errno));
-  if (atomic_load(&((struct rank_seg*)p)->magic) != RANK_SEG_MAGIC) {
-    munmap(p, RANK_SEG_BYTES);
-    return err_set_sub(comm, SUB_SHM, loomInternalError, "segment %s of peer %d is not initialised",
-                       name, peer);
-  }
-  *out = p;
-  return loomSuccess;
-}
-
 static void tp_wake(void* arg) {
   struct tp_comm* tp = arg;
-  if (tp->self_seg) bell_ring(&tp->self_seg->bell);
+  if (tp->segs.self) bell_ring(&tp->segs.self->bell);
 }
 
 loomResult_t tp_comm_init(struct loom_comm* comm) {
@@ -159,31 +91,17 @@ loomResult_t tp_comm_init(struct loom_comm* comm) {
   struct tp_comm* tp = calloc(1, sizeof(*tp));
   if (!tp) return err_set(comm, loomSystemError, "out of memory");
   comm->tp = tp;
-  tp->peer_segs = calloc((size_t)n, sizeof(*tp->peer_segs));
   tp->send_conns = calloc((size_t)n * LANE_COUNT, sizeof(*tp->send_conns));
   tp->recv_conns = calloc((size_t)n * LANE_COUNT, sizeof(*tp->recv_conns));
-  if (!tp->peer_segs || !tp->send_conns || !tp->recv_conns)
-    return err_set(comm, loomSystemError, "out of memory");
+  if (!tp->send_conns || !tp->recv_conns) return err_set(comm, loomSystemError, "out of memory");
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
-  LOOM_CHECK(rank_seg_create(comm, &tp->self_seg));
+  LOOM_CHECK(rankseg_init(comm, &tp->segs, &dl));
   comm_set_wake(comm, tp_wake, tp);
-  /* Everyone's segment exists before anyone opens; everyone has opened
-   * before anyone unlinks, so nothing stays in /dev/shm. */
-  LOOM_CHECK(boot_barrier(comm, &dl));
-  for (int p = 0; p < n; p++) {
-    if (!same_host(comm, p)) continue;
-    tp->same_host_ranks++;
-    if (p == comm->rank) {
-      tp->peer_segs[p] = tp->self_seg;
-      continue;
-    }
-    LOOM_CHECK(rank_seg_open(comm, p, &tp->peer_segs[p]));
-  }
   LOOM_CHECK(peer_comm_init(comm));
+  /* Every peer has mapped this rank's segment: nothing of it needs to stay
+   * reachable by name or descriptor. */
   LOOM_CHECK(boot_barrier(comm, &dl));
-  char name[64];
-  rank_seg_name(comm, comm->rank, name, sizeof(name));
-  shm_unlink(name);
+  rankseg_shared(comm, &tp->segs);
   for (int i = 0; i < NTRANSPORTS; i++)
     tp->allowed[i] = tp_transport_allowed(all_transports[i]->name);
   LOOM_CHECK(transports_comm_init(comm));
@@ -193,7 +111,7 @@ loomResult_t tp_comm_init(struct loom_comm* comm) {
   int machine_ranks = 0;
   for (int p = 0; p < n; p++)
     machine_ranks += comm->peers[p].machine_id == comm->peers[comm->rank].machine_id;
-  int threads = LOOM_MAX(machine_ranks, tp->same_host_ranks) * (1 + tp->helper_threads);
+  int threads = LOOM_MAX(machine_ranks, tp->segs.same_host) * (1 + tp->helper_threads);
   long long spin = params_get()->spin_count;
   if (spin < 0) spin = threads > cpus_online() ? 0 : 2000;
   tp->spin = (int)spin;
@@ -212,21 +130,7 @@ void tp_comm_fini(struct loom_comm* comm) {
   int e = atomic_load(&comm->async_error);
   int failed = (e != loomSuccess && e != loomInProgress) || atomic_load(&comm->aborted);
   for (int t = 0; t < NTRANSPORTS; t++) all_transports[t]->comm_fini(comm, failed);
-  /* After a failure a peer may have died before unlinking its names: every
-   * survivor removes every name it could have shared. ENOENT is the norm. */
-  if (comm->peers) {
-    for (int p = 0; p < comm->nranks; p++) {
-      char name[64];
-      if (!same_host(comm, p)) continue;
-      rank_seg_name(comm, p, name, sizeof(name));
-      shm_unlink(name);
-    }
-  }
-  for (int p = 0; p < comm->nranks && tp->peer_segs; p++)
-    if (tp->peer_segs[p] && tp->peer_segs[p] != tp->self_seg)
-      munmap(tp->peer_segs[p], RANK_SEG_BYTES);
-  if (tp->self_seg) munmap(tp->self_seg, RANK_SEG_BYTES);
-  free(tp->peer_segs);
+  rankseg_fini(comm, &tp->segs);
   free(tp->send_conns);
   free(tp->recv_conns);
   free(tp);
@@ -299,11 +203,11 @@ loomResult_t tp_conn_get(struct loom_comm* comm, int peer, int is_send, int lane
 }
 
 struct bell* tp_self_bell(struct loom_comm* comm) {
-  return &comm->tp->self_seg->bell;
+  return &comm->tp->segs.self->bell;
 }
 
 struct bell* tp_peer_bell(struct loom_comm* comm, int peer) {
-  struct rank_seg* s = comm->tp->peer_segs[peer];
+  struct rank_seg* s = comm->tp->segs.peer[peer];
   return s ? &s->bell : NULL;
 }
 
@@ -312,8 +216,16 @@ int tp_spin_count(struct loom_comm* comm) {
 }
 
 struct peer_pub* tp_pub(struct loom_comm* comm, int rank) {
-  struct rank_seg* s = comm->tp->peer_segs[rank];
+  struct rank_seg* s = comm->tp->segs.peer[rank];
   return s ? &s->pub : NULL;
+}
+
+struct rank_seg* tp_rank_seg(struct loom_comm* comm, int rank) {
+  return comm->tp->segs.peer[rank];
+}
+
+int tp_shm_named(struct loom_comm* comm) {
+  return comm->tp->segs.named;
 }
 
 struct peer_state** tp_peer_state_slot(struct loom_comm* comm) {

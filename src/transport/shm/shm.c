@@ -1,10 +1,21 @@
-/* shm.c - processes on one host: a POSIX shared-memory FIFO per direction.
+/* shm.c - processes on one host: a shared-memory FIFO per direction.
  *
- * The sender creates the segment (so it can start filling slots before the
+ * The sender creates the FIFO (so it can start filling slots before the
  * receiver arrives); the receiver attaches when it first needs the
- * connection and unlinks the name at once, so nothing outlives the pair.
- * Large messages are pipelined through the slots: the sender copies piece
- * k+1 while the receiver drains piece k. */
+ * connection. Large messages are pipelined through the slots: the sender
+ * copies piece k+1 while the receiver drains piece k.
+ *
+ * Unnamed mode (rankseg.h): the FIFO is an unnamed file of /dev/shm whose
+ * descriptor the sender publishes in its rank segment; the receiver opens
+ * it through /proc, and the sender closes its descriptor once the receiver
+ * has it. Nothing outlives the two processes. One exception: a sender that
+ * closes cleanly while data it sent still waits for a receiver that never
+ * attached gives the FIFO an escape name (with the receiver's pid in it),
+ * which the receiver collects and unlinks, or its teardown, or, if the
+ * receiver died, the next communicator's sweep (shmfile_sweep).
+ * Named mode: a POSIX segment per FIFO, unlinked by the receiver when it
+ * attaches. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,14 +28,22 @@
 #include "../../core/params.h"
 #include "../../kernels/cpu/cpu_kernels.h"
 #include "../fifo.h"
+#include "../rankseg.h"
+#include "../shmfile.h"
 #include "../transport.h"
+
+/* The largest FIFO a receiver accepts to map (LOOM_BUFFSIZE's bound, slots
+ * rounded up to pages). */
+#define FIFO_MAX_BYTES ((size_t)(1u << 30) + (size_t)FIFO_MAX_SLOTS * 4096 + (1u << 20))
 
 struct shm_conn {
   struct conn base;
   struct fifo_ctrl* ctrl; /* NULL until attached */
   char* data;
   size_t map_bytes;
-  char name[64];
+  int named;     /* the communicator's mode */
+  int fd;        /* unnamed mode, sender: the FIFO, until the receiver has it; else -1 */
+  char name[96]; /* named mode: the FIFO's name; unnamed: its escape name */
   struct bell* peer_bell;
 };
 
@@ -34,10 +53,55 @@ static void fifo_name(const struct loom_comm* comm, int src, int dst, int lane, 
            lane);
 }
 
+/* The receiver's pid ends it, for shmfile_sweep. */
+static void escape_name(const struct loom_comm* comm, int src, int dst, int lane, char* buf,
+                        size_t len) {
+  snprintf(buf, len, "/loom-%016llx-k%d-%d-%d-p%d", (unsigned long long)comm->comm_hash, src, dst,
+           lane, (int)comm->peers[dst].pid);
+}
+
 static loomResult_t shm_can_connect(const struct peer_info* self, const struct peer_info* peer,
                                     int* ok_out) {
   *ok_out = self->host_id == peer->host_id;
   return loomSuccess;
+}
+
+/* Named mode: a new segment of total bytes, mapped. */
+static loomResult_t named_create(struct shm_conn* c, size_t total, void** map_out) {
+  struct loom_comm* comm = c->base.comm;
+  int fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return err_set_sub(comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", c->name,
+                       strerror(errno));
+  int e = ftruncate(fd, (off_t)total) == 0 ? 0 : errno;
+  void* p = MAP_FAILED;
+  if (!e) {
+    p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) e = errno;
+  }
+  close(fd);
+  if (e) {
+    shm_unlink(c->name);
+    return err_set_sub(comm, SUB_SHM, loomSystemError,
+                       "cannot make the FIFO %s of %zu bytes: %s (is /dev/shm full?)", c->name,
+                       total, strerror(e));
+  }
+  *map_out = p;
+  return loomSuccess;
+}
+
+static _Atomic int32_t* my_slot(struct shm_conn* c) {
+  return rankseg_fifo_slot(tp_rank_seg(c->base.comm, c->base.comm->rank), c->base.peer,
+                           c->base.lane);
+}
+
+/* Unnamed mode, sender: the receiver has the FIFO (or never will): the
+ * descriptor goes, its number first, so nobody opens a reused number. */
+static void fd_release(struct shm_conn* c) {
+  if (c->fd < 0) return;
+  atomic_store_explicit(my_slot(c), 0, memory_order_release);
+  close(c->fd);
+  c->fd = -1;
 }
 
 static loomResult_t shm_create(struct shm_conn* c) {
@@ -46,24 +110,14 @@ static loomResult_t shm_create(struct shm_conn* c) {
   uint32_t nslots = (uint32_t)LOOM_MIN(LOOM_MAX(pm->nslots, 2), FIFO_MAX_SLOTS);
   size_t slot_bytes = LOOM_ALIGN_UP(LOOM_MAX(pm->buffsize / nslots, (size_t)4096), 4096);
   size_t total = fifo_ctrl_bytes() + (size_t)nslots * slot_bytes;
-  int fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0)
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", c->name,
-                       strerror(errno));
-  if (ftruncate(fd, (off_t)total) != 0) {
-    int e = errno;
-    close(fd);
-    shm_unlink(c->name);
-    return err_set_sub(comm, SUB_SHM, loomSystemError,
-                       "cannot size the FIFO %s to %zu bytes: %s (is /dev/shm full?)", c->name,
-                       total, strerror(e));
-  }
-  void* p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(c->name);
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", c->name,
-                       strerror(errno));
+  void* p = NULL;
+  if (c->named) {
+    LOOM_CHECK(named_create(c, total, &p));
+  } else {
+    struct shm_file f;
+    LOOM_CHECK(shmfile_create(comm, total, "a shared-memory FIFO", &f));
+    c->fd = f.fd;
+    p = f.map;
   }
   c->ctrl = p;
   c->map_bytes = total;
@@ -71,12 +125,20 @@ static loomResult_t shm_create(struct shm_conn* c) {
   c->ctrl->nslots = nslots;
   c->ctrl->slot_bytes = slot_bytes;
   c->ctrl->total_bytes = total;
+  c->ctrl->comm_hash = comm->comm_hash;
+  c->ctrl->src = comm->rank;
+  c->ctrl->dst = c->base.peer;
+  c->ctrl->lane = c->base.lane;
   atomic_store_explicit(&c->ctrl->magic, FIFO_MAGIC, memory_order_release);
+  if (!c->named) {
+    atomic_store_explicit(my_slot(c), c->fd + 1, memory_order_release);
+    if (c->peer_bell) bell_ring(c->peer_bell); /* a receiver may be waiting to attach */
+  }
   return loomSuccess;
 }
 
 static loomResult_t shm_connect(struct loom_comm* comm, int peer, int is_send, int lane,
-                               struct conn** out) {
+                                struct conn** out) {
   struct shm_conn* c = calloc(1, sizeof(*c));
   if (!c) return err_set(comm, loomSystemError, "out of memory");
   c->base.tp = &loom_transport_shm;
@@ -85,10 +147,13 @@ static loomResult_t shm_connect(struct loom_comm* comm, int peer, int is_send, i
   c->base.is_send = is_send;
   c->base.lane = lane;
   c->peer_bell = tp_peer_bell(comm, peer);
-  if (is_send)
-    fifo_name(comm, comm->rank, peer, lane, c->name, sizeof(c->name));
+  c->named = tp_shm_named(comm);
+  c->fd = -1;
+  int src = is_send ? comm->rank : peer, dst = is_send ? peer : comm->rank;
+  if (c->named)
+    fifo_name(comm, src, dst, lane, c->name, sizeof(c->name));
   else
-    fifo_name(comm, peer, comm->rank, lane, c->name, sizeof(c->name));
+    escape_name(comm, src, dst, lane, c->name, sizeof(c->name));
   if (is_send) {
     loomResult_t r = shm_create(c);
     if (r != loomSuccess) {
@@ -100,38 +165,63 @@ static loomResult_t shm_connect(struct loom_comm* comm, int peer, int is_send, i
   return loomSuccess;
 }
 
+/* Maps the segment by name, if it exists. 0 or an errno value. */
+static int named_map(const char* name, void** map_out, size_t* bytes_out) {
+  int fd = shm_open(name, O_RDWR, 0600);
+  if (fd < 0) return errno;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size < fifo_ctrl_bytes() ||
+      (size_t)st.st_size > FIFO_MAX_BYTES) {
+    close(fd);
+    return ENOENT; /* created, not sized yet */
+  }
+  void* p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = p == MAP_FAILED ? errno : 0;
+  close(fd);
+  if (e) return e;
+  *map_out = p;
+  *bytes_out = (size_t)st.st_size;
+  return 0;
+}
+
+/* Unnamed mode: the FIFO through the sender's descriptor, or through the
+ * escape name it left when it closed first. 0 or an errno value. */
+static int unnamed_map(struct shm_conn* c, void** map_out, size_t* bytes_out) {
+  struct loom_comm* comm = c->base.comm;
+  struct rank_seg* seg = tp_rank_seg(comm, c->base.peer);
+  int32_t v =
+      atomic_load_explicit(rankseg_fifo_slot(seg, comm->rank, c->base.lane), memory_order_acquire);
+  int e = v > 0 ? shmfile_open_peer(comm->peers[c->base.peer].pid, v - 1, fifo_ctrl_bytes(),
+                                    FIFO_MAX_BYTES, map_out, bytes_out)
+                : ENOENT;
+  if (e == 0 || e == EACCES || e == EPERM) return e;
+  return named_map(c->name, map_out, bytes_out);
+}
+
 /* Receiver side: attach once the sender has created and initialised it. */
 static loomResult_t shm_connect_test(struct conn* base) {
   struct shm_conn* c = (struct shm_conn*)base;
   if (c->ctrl) return loomSuccess;
-  int fd = shm_open(c->name, O_RDWR, 0600);
-  if (fd < 0) {
-    if (errno == ENOENT) return loomInProgress;
-    return err_set_sub(base->comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", c->name,
-                       strerror(errno));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || (size_t)st.st_size < fifo_ctrl_bytes()) {
-    close(fd);
-    return loomInProgress; /* created, not sized yet */
-  }
-  size_t total = (size_t)st.st_size;
-  void* p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED)
-    return err_set_sub(base->comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", c->name,
-                       strerror(errno));
+  void* p = NULL;
+  size_t total = 0;
+  int e = c->named ? named_map(c->name, &p, &total) : unnamed_map(c, &p, &total);
+  if (e == ENOENT || e == ESRCH || e == EINVAL) return loomInProgress;
+  if (e)
+    return err_set_sub(base->comm, SUB_SHM, loomSystemError,
+                       "cannot map the FIFO from peer %d (%s): %s", base->peer, c->name,
+                       strerror(e));
   struct fifo_ctrl* ctrl = p;
   if (atomic_load_explicit(&ctrl->magic, memory_order_acquire) != FIFO_MAGIC ||
-      ctrl->total_bytes != total) {
+      ctrl->total_bytes != total || ctrl->comm_hash != base->comm->comm_hash ||
+      ctrl->src != base->peer || ctrl->dst != base->comm->rank || ctrl->lane != base->lane) {
     munmap(p, total);
-    return loomInProgress;
+    return loomInProgress; /* not initialised yet, or not this FIFO */
   }
   c->ctrl = ctrl;
   c->map_bytes = total;
   c->data = (char*)p + fifo_ctrl_bytes();
   atomic_store(&ctrl->attached, 1);
-  shm_unlink(c->name);
+  shm_unlink(c->name); /* unnamed mode: an escape name, if there was one; ENOENT is the norm */
   return loomSuccess;
 }
 
@@ -151,6 +241,7 @@ static loomResult_t peer_closed(struct conn* base) {
 /* Copies as much of the head transfers into free slots as fit. */
 static loomResult_t shm_send_progress(struct shm_conn* c) {
   struct fifo_ctrl* f = c->ctrl;
+  if (c->fd >= 0 && atomic_load_explicit(&f->attached, memory_order_acquire)) fd_release(c);
   uint64_t head = atomic_load_explicit(&f->head, memory_order_relaxed);
   uint64_t tail = atomic_load_explicit(&f->tail, memory_order_acquire);
   int moved = 0;
@@ -245,18 +336,27 @@ static loomResult_t shm_test(struct xfer* x, int* done_out) {
 static loomResult_t shm_close(struct conn* base) {
   struct shm_conn* c = (struct shm_conn*)base;
   /* Data sent but not yet collected by a receiver that has not attached yet
-   * must stay reachable: leave the name for the receiver, which unlinks it
+   * must stay reachable: leave a name for the receiver, which unlinks it
    * when it attaches (or, if it never does, when its communicator goes). */
-  int keep_name = 0;
+  int keep = 0;
   if (c->ctrl) {
-    keep_name = base->is_send && !atomic_load(&c->ctrl->attached) &&
-                atomic_load(&c->ctrl->head) != atomic_load(&c->ctrl->tail);
+    keep = base->is_send && !atomic_load(&c->ctrl->attached) &&
+           atomic_load(&c->ctrl->head) != atomic_load(&c->ctrl->tail);
     /* A peer still waiting on this FIFO learns that nothing more will come. */
     atomic_store(&c->ctrl->closed, 1);
     if (c->peer_bell) bell_ring(c->peer_bell);
-    munmap(c->ctrl, c->map_bytes);
   }
-  if (!keep_name) shm_unlink(c->name);
+  if (!c->named && c->fd >= 0) {
+    /* Named before the descriptor goes, so that a receiver finds one or the
+     * other; one that attached meanwhile may have missed the name: then it
+     * is this side's to remove. */
+    if (keep && shmfile_name(c->fd, c->name) == 0 && atomic_load(&c->ctrl->attached))
+      shm_unlink(c->name);
+    fd_release(c);
+  } else if (c->named && !keep) {
+    shm_unlink(c->name);
+  }
+  if (c->ctrl) munmap(c->ctrl, c->map_bytes);
   free(c);
   return loomSuccess;
 }
@@ -268,20 +368,24 @@ static loomResult_t shm_cancel(struct conn* base) {
   return loomSuccess;
 }
 
-/* FIFOs into this rank are its to remove; FIFOs out of it too when the
- * communicator failed (their receiver may be dead). A clean sender leaves
- * its names to their receivers (shm_close). */
+/* Names of FIFOs into this rank are its to remove (named mode: left by a
+ * sender that closed first; unnamed mode: escape names); those out of it
+ * too when the communicator failed (their receiver may be dead). */
 static void shm_comm_fini(struct loom_comm* comm, int failed) {
-  if (!comm->peers) return;
+  if (!comm->peers || !comm->tp) return;
+  int named = tp_shm_named(comm);
   for (int p = 0; p < comm->nranks; p++) {
     if (comm->peers[p].host_id != comm->peers[comm->rank].host_id) continue;
     for (int lane = 0; lane < LANE_COUNT; lane++) {
-      char name[64];
-      fifo_name(comm, p, comm->rank, lane, name, sizeof(name));
-      shm_unlink(name);
-      if (!failed) continue;
-      fifo_name(comm, comm->rank, p, lane, name, sizeof(name));
-      shm_unlink(name);
+      char name[96];
+      for (int out = 0; out < 1 + failed; out++) {
+        int src = out ? comm->rank : p, dst = out ? p : comm->rank;
+        if (named)
+          fifo_name(comm, src, dst, lane, name, sizeof(name));
+        else
+          escape_name(comm, src, dst, lane, name, sizeof(name));
+        shm_unlink(name);
+      }
     }
   }
 }

@@ -1,0 +1,64 @@
+/* rankseg.h - the rank segment: what a rank shares with the peers on its
+ * host for the communicator's whole life: its doorbell, what direct plans
+ * publish (peer.c), and, in unnamed mode, the descriptors of the FIFOs it
+ * sends on (shm.c), so that a receiver can open them.
+ *
+ * Unnamed mode (the rule): every segment and FIFO is an unnamed file of
+ * /dev/shm (shmfile.h), so nothing outlives the processes that use it, even
+ * when they are killed. Named mode (the fallback, agreed by all ranks at
+ * init): when some rank cannot open a peer's files through /proc (pid
+ * namespaces, other users), segments and FIFOs are named POSIX objects,
+ * unlinked as soon as both ends have them; a rank killed in between can then
+ * leave a name behind. Internal to the transport layer. */
+#ifndef LOOM_TRANSPORT_RANKSEG_H
+#define LOOM_TRANSPORT_RANKSEG_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "peer.h"
+#include "shmfile.h"
+#include "transport.h"
+
+#define RANK_SEG_MAGIC 0x4c4d52414e4b3032ULL /* "LMRANK02" */
+
+struct rank_seg {
+  _Atomic uint64_t magic; /* written last by its owner */
+  uint64_t comm_hash;     /* whose segment this is: checked by whoever maps it */
+  int32_t rank, nranks;
+  struct bell bell;
+  struct peer_pub pub; /* direct plans (peer.c) */
+  /* Unnamed mode: the FIFOs this rank sends on, [lane * nranks + dst]:
+   * descriptor + 1, 0 while there is none to open. */
+  _Atomic int32_t fifo_fd[];
+};
+
+struct rank_segs {
+  struct rank_seg* self;
+  struct rank_seg** peer;    /* [nranks]; NULL where the peer is on another host */
+  size_t bytes;              /* of each segment */
+  int named;                 /* the communicator's mode */
+  struct shm_file self_file; /* unnamed mode: this rank's, descriptor open until shared */
+  int same_host;             /* ranks on this host, this one included */
+};
+
+/* Makes this rank's segment and maps every same-host peer's, agreeing with
+ * every rank on the mode. Collective (bootstrap exchanges). On failure the
+ * caller calls rankseg_fini. */
+loomResult_t rankseg_init(struct loom_comm* comm, struct rank_segs* rs, const struct deadline* dl);
+/* Once every peer has mapped this rank's segment (a barrier after
+ * rankseg_init): closes its descriptor or unlinks its name. */
+void rankseg_shared(struct loom_comm* comm, struct rank_segs* rs);
+/* Unmaps everything; in named mode also unlinks every name a peer may have
+ * left (a peer killed between creating and unlinking). Never blocks. */
+void rankseg_fini(struct loom_comm* comm, struct rank_segs* rs);
+/* transport.c: rank's segment (NULL on another host), and the mode. */
+struct rank_seg* tp_rank_seg(struct loom_comm* comm, int rank);
+int tp_shm_named(struct loom_comm* comm);
+/* The slot where owner publishes the FIFO it sends to dst on lane. */
+static inline _Atomic int32_t* rankseg_fifo_slot(struct rank_seg* owner, int dst, int lane) {
+  return &owner->fifo_fd[lane * owner->nranks + dst];
+}
+
+#endif

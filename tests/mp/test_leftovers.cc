@@ -1,0 +1,208 @@
+// test_leftovers.cc - no exit, clean or not, leaves anything in /dev/shm.
+// Before, shared memory was named POSIX segments cleaned at destroy: a
+// survivor that exited without loomCommDestroy after a failed all-reduce
+// left its 4 MiB FIFO for good, and killing every rank during init left
+// 51-68 segments per 30 jobs. Now segments and FIFOs are unnamed files
+// (src/transport/shmfile.h) that vanish with the processes that hold them.
+//
+// These tests look at /dev/shm as a whole: their suites start with "Fault"
+// so that CMake runs them one at a time (RUN_SERIAL).
+#include <signal.h>
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+using harness::Ctx;
+using harness::Init;
+using harness::Mode;
+using harness::Opts;
+
+std::set<std::string> Entries() {
+  auto v = harness::shm_entries();
+  return std::set<std::string>(v.begin(), v.end());
+}
+
+// Loom's names in /dev/shm that were not there at `before`, after a short
+// grace for processes still on their way out.
+std::vector<std::string> Added(const std::set<std::string>& before) {
+  std::vector<std::string> out;
+  for (int tries = 0; tries < 20; tries++) {
+    out.clear();
+    for (const auto& e : harness::shm_entries())
+      if (!before.count(e)) out.push_back(e);
+    if (out.empty()) break;
+    usleep(100 * 1000);
+  }
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& e : v) s += (s.empty() ? "" : ", ") + e;
+  return s;
+}
+
+// A rank dies in an all-reduce; the survivors exit without loomCommDestroy
+// (they _exit, as a crashing or impatient program does).
+TEST(FaultLeftovers, SurvivorsExitWithoutDestroy) {
+  auto before = Entries();
+  Opts o;
+  o.timeout_s = 60;
+  o.comm_timeout_ms = 20000;
+  o.env = {{"LOOM_FAULT", "allreduce:1"}, {"LOOM_DEBUG", "NONE"}};
+  o.expect_killed = {1};
+  harness::run(
+      3, Mode::Proc,
+      [](Ctx& c) {
+        std::vector<float> v((size_t)4 << 20, 1.0f);
+        loomResult_t r =
+            loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, c.comm, nullptr);
+        _exit(r == loomRemoteError ? 0 : 1);
+      },
+      o);
+  auto added = Added(before);
+  EXPECT_TRUE(added.empty()) << "left in /dev/shm: " << Join(added);
+}
+
+// Every rank killed during init, 30 times, at every stage (LOOM_FAULT=init
+// kills a rank inside the rendezvous; the others are killed by a timer of
+// their own at random moments of their init).
+TEST(FaultLeftovers, EveryRankKilledDuringInit) {
+  auto before = Entries();
+  for (int job = 0; job < 30; job++) {
+    Opts o;
+    o.timeout_s = 60;
+    o.init = Init::None;
+    o.env = {{"LOOM_FAULT", "init:" + std::to_string(job % 3)},
+             {"LOOM_DEBUG", "NONE"},
+             {"LOOM_TEST_JOB", std::to_string(job)}};
+    o.expect_killed = {0, 1, 2};
+    harness::run(
+        3, Mode::Proc,
+        [](Ctx& c) {
+          int job = atoi(getenv("LOOM_TEST_JOB"));
+          // Kill this rank after 0 to ~20 ms of init, whatever it is doing.
+          int delay_us = ((job * 7 + c.rank * 13) % 21) * 1000;
+          pid_t self = getpid();
+          if (fork() == 0) {
+            usleep((useconds_t)delay_us);
+            kill(self, SIGKILL);
+            _exit(0);
+          }
+          loomComm_t comm = nullptr;
+          loomCommInitFromEnv(&comm, nullptr);
+          pause();  // nobody survives this test
+        },
+        o);
+  }
+  auto added = Added(before);
+  EXPECT_TRUE(added.empty()) << "left in /dev/shm after 30 jobs: " << Join(added);
+}
+
+// A sender sends what fits in the FIFO, destroys its communicator and
+// exits before its receiver has even connected: the data must still
+// arrive (the FIFO outlives its sender under an escape name), and the name
+// is gone once the receiver has it.
+TEST(FaultLeftovers, SenderLeavesBeforeTheReceiverConnects) {
+  auto before = Entries();
+  Opts o;
+  o.timeout_s = 60;
+  o.comm_timeout_ms = 20000;
+  harness::run(
+      2, Mode::Proc,
+      [](Ctx& c) {
+        std::vector<int> v(256 << 10);  // 1 MiB: fits in the 4 MiB FIFO
+        if (c.rank == 1) {
+          for (size_t i = 0; i < v.size(); i++) v[i] = (int)(i * 7 + 3);
+          ASSERT_LOOM_OK(loomSend(v.data(), v.size(), loomInt32, 0, c.comm, nullptr));
+          ASSERT_LOOM_OK(loomCommDestroy(c.comm));
+          c.comm = nullptr;
+          harness::meet(c, 2);
+          return;
+        }
+        harness::meet(c, 2);  // rank 1 has left
+        usleep(100 * 1000);   // and exited, most likely
+        ASSERT_LOOM_OK(loomRecv(v.data(), v.size(), loomInt32, 1, c.comm, nullptr));
+        for (size_t i = 0; i < v.size(); i++) ASSERT_EQ(v[i], (int)(i * 7 + 3)) << "element " << i;
+      },
+      o);
+  auto added = Added(before);
+  EXPECT_TRUE(added.empty()) << "left in /dev/shm: " << Join(added);
+}
+
+// As above, but the receiver is killed before it collects the data: the
+// escape name stays until the next communicator on this host sweeps it.
+TEST(FaultLeftovers, ReceiverKilledBeforeCollecting) {
+  auto before = Entries();
+  Opts o;
+  o.timeout_s = 60;
+  o.comm_timeout_ms = 20000;
+  o.expect_killed = {0};
+  harness::run(
+      2, Mode::Proc,
+      [](Ctx& c) {
+        std::vector<int> v(1024, 5);
+        if (c.rank == 1) {
+          ASSERT_LOOM_OK(loomSend(v.data(), v.size(), loomInt32, 0, c.comm, nullptr));
+          ASSERT_LOOM_OK(loomCommDestroy(c.comm));
+          c.comm = nullptr;
+          harness::meet(c, 2);
+          return;
+        }
+        harness::meet(c, 2);
+        raise(SIGKILL);
+      },
+      o);
+  auto left = Added(before);
+  EXPECT_EQ(left.size(), 1u) << "expected the escape name alone: " << Join(left);
+  // The next communicator on this host (thread ranks of this process: a
+  // process-rank test may start its ranks once) sweeps it at init.
+  loomComm_t comms[2] = {nullptr, nullptr};
+  ASSERT_LOOM_OK(loomCommInitAll(comms, 2, nullptr));
+  for (loomComm_t c : comms) ASSERT_LOOM_OK(loomCommDestroy(c));
+  auto added = Added(before);
+  EXPECT_TRUE(added.empty()) << "not swept: " << Join(added);
+}
+
+}  // namespace
+
+namespace {
+
+// Named mode (LOOM_SHM_NAMED=1, the fallback for ranks that cannot open each
+// other's files through /proc) still moves data right through FIFOs, and a
+// clean run leaves no name.
+TEST(FaultLeftoversNamed, CollectivesThroughNamedFifos) {
+  auto before = Entries();
+  Opts o;
+  o.timeout_s = 120;
+  o.env = {{"LOOM_SHM_NAMED", "1"}, {"LOOM_DIRECT", "0"}};
+  harness::run(
+      3, Mode::Proc,
+      [](Ctx& c) {
+        const size_t n = (size_t)3 << 20;  // more than a FIFO: pipelined through its slots
+        std::vector<int> v(n), all(3 * 1000);
+        for (size_t i = 0; i < n; i++) v[i] = (int)(i % 1000) + c.rank;
+        ASSERT_LOOM_OK(loomAllReduce(v.data(), v.data(), n, loomInt32, loomSum, c.comm, nullptr));
+        for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(v[i], 3 * (int)(i % 1000) + 3) << i;
+        std::vector<int> mine(1000, c.rank * 10);
+        ASSERT_LOOM_OK(loomAllGather(mine.data(), all.data(), 1000, loomInt32, c.comm, nullptr));
+        for (int r = 0; r < 3; r++) ASSERT_EQ(all[(size_t)r * 1000 + 999], r * 10);
+        int x = c.rank, y = -1;
+        ASSERT_LOOM_OK(loomGroupStart());
+        ASSERT_LOOM_OK(loomSend(&x, 1, loomInt32, (c.rank + 1) % 3, c.comm, nullptr));
+        ASSERT_LOOM_OK(loomRecv(&y, 1, loomInt32, (c.rank + 2) % 3, c.comm, nullptr));
+        ASSERT_LOOM_OK(loomGroupEnd());
+        EXPECT_EQ(y, (c.rank + 2) % 3);
+      },
+      o);
+  auto added = Added(before);
+  EXPECT_TRUE(added.empty()) << "left in /dev/shm: " << Join(added);
+}
+
+}  // namespace
