@@ -8,6 +8,7 @@
 // These tests look at /dev/shm as a whole: their suites start with "Fault"
 // so that CMake runs them one at a time (RUN_SERIAL).
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <set>
@@ -48,18 +49,24 @@ std::string Join(const std::vector<std::string>& v) {
   return s;
 }
 
-// A rank dies in an all-reduce; the survivors exit without loomCommDestroy
-// (they _exit, as a crashing or impatient program does).
+// A rank dies while the others wait for it in their first all-reduce (they
+// have made their FIFOs to it, which it never opened); the survivors then
+// exit without loomCommDestroy (they _exit, as a crashing or impatient
+// program does).
 TEST(FaultLeftovers, SurvivorsExitWithoutDestroy) {
   auto before = Entries();
   Opts o;
   o.timeout_s = 60;
   o.comm_timeout_ms = 20000;
-  o.env = {{"LOOM_FAULT", "allreduce:1"}, {"LOOM_DEBUG", "NONE"}};
+  o.env = {{"LOOM_DEBUG", "NONE"}, {"LOOM_DIRECT", "0"}};
   o.expect_killed = {1};
   harness::run(
       3, Mode::Proc,
       [](Ctx& c) {
+        if (c.rank == 1) {
+          usleep(100 * 1000);
+          raise(SIGKILL);
+        }
         std::vector<float> v((size_t)4 << 20, 1.0f);
         loomResult_t r =
             loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, c.comm, nullptr);
@@ -70,28 +77,33 @@ TEST(FaultLeftovers, SurvivorsExitWithoutDestroy) {
   EXPECT_TRUE(added.empty()) << "left in /dev/shm: " << Join(added);
 }
 
-// Every rank killed during init, 30 times, at every stage (LOOM_FAULT=init
-// kills a rank inside the rendezvous; the others are killed by a timer of
-// their own at random moments of their init).
+uint64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+// Every rank killed during init, 30 times, at every stage: all ranks of a
+// job are killed at one moment (CLOCK_MONOTONIC is the machine's), the jobs
+// spreading that moment over the first 90 ms after the ranks start (the
+// bootstrap, the rank segments, the first exchanges, the tuner's constants).
 TEST(FaultLeftovers, EveryRankKilledDuringInit) {
   auto before = Entries();
   for (int job = 0; job < 30; job++) {
     Opts o;
     o.timeout_s = 60;
     o.init = Init::None;
-    o.env = {{"LOOM_FAULT", "init:" + std::to_string(job % 3)},
-             {"LOOM_DEBUG", "NONE"},
-             {"LOOM_TEST_JOB", std::to_string(job)}};
+    uint64_t at = MonotonicNs() + (uint64_t)(20 + 3 * job) * 1000000ull;
+    o.env = {{"LOOM_DEBUG", "NONE"}, {"LOOM_TEST_KILL_AT", std::to_string(at)}};
     o.expect_killed = {0, 1, 2};
     harness::run(
         3, Mode::Proc,
         [](Ctx& c) {
-          int job = atoi(getenv("LOOM_TEST_JOB"));
-          // Kill this rank after 0 to ~20 ms of init, whatever it is doing.
-          int delay_us = ((job * 7 + c.rank * 13) % 21) * 1000;
+          uint64_t kill_at = strtoull(getenv("LOOM_TEST_KILL_AT"), nullptr, 10);
           pid_t self = getpid();
           if (fork() == 0) {
-            usleep((useconds_t)delay_us);
+            uint64_t now = MonotonicNs();
+            if (kill_at > now) usleep((useconds_t)((kill_at - now) / 1000));
             kill(self, SIGKILL);
             _exit(0);
           }
