@@ -97,11 +97,12 @@ static void log_summary(struct accept_set* s, uint64_t now) {
   if (l->quiet + l->evicted > 0) {
     char text[SOCK_ADDR_STRLEN] = "the listener";
     if (l->last_addr.sa.sa_family != 0) sock_addr_str(&l->last_addr, text, sizeof(text));
+    int n = l->quiet + l->evicted;
     LOOM_WARN(s->cfg.subsys,
-              "%s: closed %d connections in the last %.1f s without a line of their own (%d "
+              "%s: closed %d connection%s in the last %.1f s without a line of their own (%d "
               "evicted or dropped to stay within %d pending and the descriptor limit, %d refused "
               "past %d lines a second); the last, from %s: %s",
-              s->cfg.who, l->quiet + l->evicted, (double)(now - l->summary_ns) / 1e9, l->evicted,
+              s->cfg.who, n, n == 1 ? "" : "s", (double)(now - l->summary_ns) / 1e9, l->evicted,
               s->cap, l->quiet, ACCEPT_LOG_BURST, text, l->last_why);
   }
   l->quiet = l->evicted = 0;
