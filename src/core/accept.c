@@ -421,6 +421,22 @@ void accept_set_run(struct accept_set* s, accept_hello_fn done, void* arg) {
   log_tick(s);
 }
 
+void accept_set_drain(struct accept_set* s, accept_hello_fn done, void* arg, int ms) {
+  uint64_t span = (uint64_t)ms * 1000000u, hello = (uint64_t)s->cfg.hello_ms * 1000000u;
+  listener_rest(s, UINT64_MAX, 0);
+  for (;;) {
+    uint64_t youngest = 0; /* accepted, ns */
+    for (int i = 0; i < s->cap; i++)
+      if (s->slots[i].fd >= 0) youngest = LOOM_MAX(youngest, s->slots[i].due_ns - hello);
+    uint64_t now = time_now_ns();
+    if (youngest == 0 || now - youngest >= span) break;
+    struct pollfd p = {.fd = s->ep_fd, .events = POLLIN, .revents = 0};
+    poll(&p, 1, (int)LOOM_MAX(1, (youngest + span - now) / 1000000));
+    accept_set_run(s, done, arg); /* the listener stays out of it */
+  }
+  s->resume_ns = 0; /* the next run watches it again */
+}
+
 void accept_set_refuse(struct accept_set* s, int fd, const union sock_addr* addr, const char* why) {
   log_refusal(s, addr, why);
   sock_close(fd);

@@ -73,6 +73,11 @@ int accept_set_timeout_ms(const struct accept_set* s);
  * complete hello (the callee may call accept_set_refuse, nothing else of
  * the set). Never blocks. */
 void accept_set_run(struct accept_set* s, accept_hello_fn done, void* arg);
+/* Stops accepting and runs until every pending connection has had ms
+ * since it was accepted (hellos completing meanwhile go to done), so that a
+ * rank's hello in flight is not cut off when its owner is about to destroy
+ * the set. Blocks up to ms. The next accept_set_run accepts again. */
+void accept_set_drain(struct accept_set* s, accept_hello_fn done, void* arg, int ms);
 /* The owner refuses a complete hello (wrong secret, ...): logs, under the
  * set's limit, and closes fd. */
 void accept_set_refuse(struct accept_set* s, int fd, const union sock_addr* addr, const char* why);

@@ -18,8 +18,10 @@
  * over polling whenever the poller steps back: after every slice, and for
  * good when its rendezvous ends. Hellos for an id whose rank 0 has not
  * started yet wait on its queue. When the last running rendezvous ends,
- * the pending connections close; the ranks of ids still waiting stay in the
- * kernel's backlog until their rank 0 comes, which costs no descriptor. */
+ * the pending connections close (when other ids wait, once the youngest
+ * has had BOOT_DRAIN_MS for its hello: it may be one of their ranks); the
+ * ranks of ids still waiting stay in the kernel's backlog until their rank
+ * 0 comes, which costs no descriptor. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -36,6 +38,9 @@
 #define BOOT_HELLO_MS 10000
 /* A poller steps back, and a waiter looks at its abort flag, this often. */
 #define BOOT_POLL_SLICE_MS 100
+/* When the last rendezvous ends while other ids wait, a connection accepted
+ * less than this ago may be one of their ranks with its hello on the way. */
+#define BOOT_DRAIN_MS 500
 
 /* An id registered with a listener. */
 struct boot_claim {
@@ -321,7 +326,20 @@ struct boot_arrival* boot_listen_wait(struct boot_claim* c, const struct deadlin
 }
 
 void boot_listen_release(struct boot_claim* c) {
+  struct boot_listener* l = c->lsn;
   pthread_mutex_lock(&lsn_lock);
+  /* The last rendezvous running takes the pending set with it. Another id
+   * may have a rank whose connection is in the set with its hello still on
+   * the way (accepted a moment ago): let those arrive first. */
+  if (l->nactive == 1 && l->nclaims > 1 && accept_set_pending(l->set) > 0) {
+    while (l->polling) cond_wait_ms(&l->cond, BOOT_POLL_SLICE_MS);
+    l->polling = 1;
+    pthread_mutex_unlock(&lsn_lock);
+    accept_set_drain(l->set, hello_route, l, BOOT_DRAIN_MS);
+    pthread_mutex_lock(&lsn_lock);
+    l->polling = 0;
+    pthread_cond_broadcast(&l->cond);
+  }
   claim_drop(c);
   pthread_mutex_unlock(&lsn_lock);
 }
