@@ -246,11 +246,11 @@ static long long fd_limit(void) {
 
 /* Makes room for one more. Returns 0, or -1 when the listener must rest
  * until the oldest may be evicted. */
-static int make_room(struct accept_set* s, uint64_t now) {
+static int make_room(struct accept_set* s) {
   if (s->npending < s->cap) return 0;
   int i = slot_idlest(s);
   uint64_t grace_ns = (uint64_t)ACCEPT_GRACE_MS * 1000000u;
-  if (now - s->slots[i].heard_ns < grace_ns) {
+  if (s->slots[i].heard_ns + grace_ns > time_now_ns()) { /* heard may be newer than a run's now */
     listener_rest(s, s->slots[i].heard_ns + grace_ns, 1);
     return -1;
   }
@@ -311,7 +311,7 @@ static void accept_all(struct accept_set* s, accept_hello_fn done, void* arg, ui
   long long near = fd_limit();
   near -= near / 8;
   for (;;) {
-    if (make_room(s, now) != 0) return;
+    if (make_room(s) != 0) return;
     union sock_addr a;
     socklen_t len = sizeof(a);
     int fd = accept4(s->listen_fd, &a.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
