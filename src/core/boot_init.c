@@ -1,13 +1,12 @@
-/* boot_init.c - the rendezvous. Rank 0 accepts every rank's hello over one
- * poll loop and answers with the peer table; the others connect, say hello
- * and wait for the table.
+/* boot_init.c - the rendezvous. Rank 0 takes every rank's hello from its
+ * id's listener (boot_listen.c) and answers with the peer table; the others
+ * connect, say hello and wait for the table.
  *
- * Rank 0's accept loop is all non-blocking, with a partial-read buffer per
- * pending connection: a stranger that connects and stays silent, sends
- * garbage or the wrong secret costs one WARN and a close, never a stall. */
+ * Strangers never reach this file: the listener's pending set
+ * (core/accept.h) reads every hello without blocking, bounds and times out
+ * the silent, and drops whatever does not carry this id's secret. What
+ * arrives here knows the secret; a rank that cannot join is told why. */
 #include <errno.h>
-#include <poll.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,54 +15,22 @@
 #include "checks.h"
 #include "fault.h"
 
-#define ACCEPT_SLICE_MS 100
-
-/* A connection that has not finished its hello yet. */
-struct pending {
-  int fd;
-  union sock_addr addr;
-  size_t got;
-  uint8_t buf[sizeof(struct boot_hdr) + sizeof(struct boot_hello)];
-};
-
+/* What rank 0 has gathered so far. */
 struct accept_ctx {
   struct bootstrap* b;
   struct peer_info* peers;
-  struct pending* pend;
-  int npend, cap; /* pend[] has room for cap; pfd[] for cap + 1 */
-  struct pollfd* pfd;
+  struct boot_claim* claim;
   int joined; /* ranks other than 0 that are in */
 };
 
-static loomResult_t pending_grow(struct accept_ctx* c) {
-  int cap = c->cap ? 2 * c->cap : 16;
-  struct pending* pend = realloc(c->pend, (size_t)cap * sizeof(*pend));
-  if (pend != NULL) c->pend = pend;
-  struct pollfd* pfd = pend ? realloc(c->pfd, (size_t)(cap + 1) * sizeof(*pfd)) : NULL;
-  if (pfd == NULL)
-    return err_set_sub(c->b->comm, SUB_BOOTSTRAP, loomSystemError,
-                       "bootstrap: out of memory for %d pending connections", cap);
-  c->pfd = pfd;
-  c->cap = cap;
-  return loomSuccess;
-}
-
-/* Forgets pending i (swap with the last); closes its socket if close_fd. */
-static void pending_remove(struct accept_ctx* c, int i, int close_fd) {
-  if (close_fd) sock_close(c->pend[i].fd);
-  c->pend[i] = c->pend[--c->npend];
-}
-
-static void pending_drop(struct accept_ctx* c, int i, const char* why) {
-  char text[SOCK_ADDR_STRLEN];
-  LOOM_WARN(SUB_BOOTSTRAP, "bootstrap: refused connection from %s: %s",
-            sock_addr_str(&c->pend[i].addr, text, sizeof(text)), why);
-  pending_remove(c, i, 1);
+static void arrival_close(struct boot_arrival* a) {
+  sock_close(a->fd);
+  free(a);
 }
 
 /* A rank that knows the secret but cannot join is told why before the close,
  * so that its boot_init fails with the reason instead of a bare EOF. */
-static void pending_refuse(struct accept_ctx* c, int i, int rank, const char* why) {
+static void arrival_refuse(struct boot_arrival* a, int rank, const char* why) {
   char text[SOCK_ADDR_STRLEN];
   struct {
     struct boot_hdr h;
@@ -72,113 +39,48 @@ static void pending_refuse(struct accept_ctx* c, int i, int rank, const char* wh
   size_t len = strlen(why) + 1;
   len = LOOM_MIN(len, sizeof(msg.why));
   LOOM_WARN(SUB_BOOTSTRAP, "bootstrap: refused rank %d from %s: %s", rank,
-            sock_addr_str(&c->pend[i].addr, text, sizeof(text)), why);
+            sock_addr_str(&a->addr, text, sizeof(text)), why);
   boot_hdr_fill(&msg.h, 0, BOOT_REFUSED, 0, (uint32_t)len);
   snprintf(msg.why, sizeof(msg.why), "%s", why);
-  sock_send_nowait(c->pend[i].fd, &msg, sizeof(msg.h) + len); /* fresh socket: it fits */
-  pending_remove(c, i, 1);
+  sock_send_nowait(a->fd, &msg, sizeof(msg.h) + len); /* fresh socket: it fits */
+  arrival_close(a);
 }
 
-static void pending_promote(struct accept_ctx* c, int i, const struct boot_hello* hello) {
+static void arrival_promote(struct accept_ctx* c, struct boot_arrival* a) {
+  const struct boot_hello* hello = &a->hello;
   struct boot_link* l = &c->b->links[hello->rank];
   char text[SOCK_ADDR_STRLEN];
-  l->fd = c->pend[i].fd;
-  l->addr = c->pend[i].addr;
+  l->fd = a->fd;
+  l->addr = a->addr;
   c->peers[hello->rank] = hello->info;
   c->peers[hello->rank].rank = hello->rank;
   c->peers[hello->rank].hostname[sizeof(hello->info.hostname) - 1] = '\0';
   c->joined++;
   LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d joined from %s (%d of %d)", hello->rank,
             sock_addr_str(&l->addr, text, sizeof(text)), c->joined + 1, c->b->comm->nranks);
-  pending_remove(c, i, 0);
+  free(a);
 }
 
-/* The whole hello is in: decide. */
-static void pending_hello(struct accept_ctx* c, int i) {
-  struct boot_hdr h;
-  struct boot_hello hello;
+/* A hello with this communicator's secret: let the rank in, or tell it why
+ * not. */
+static void arrival_decide(struct accept_ctx* c, struct boot_arrival* a) {
   char why[160];
-  memcpy(&h, c->pend[i].buf, sizeof(h));
-  memset(&hello, 0, sizeof(hello));
-  memcpy(&hello, c->pend[i].buf + sizeof(h), h.length); /* bounded by the header check */
   loomResult_t res =
-      boot_hello_check(&hello, h.length, c->b->secret, c->b->comm->nranks, why, sizeof(why));
-  if (res == loomRemoteError) return pending_drop(c, i, why);
-  if (res != loomSuccess) return pending_refuse(c, i, hello.rank, why);
-  if (c->b->links[hello.rank].fd >= 0) {
+      boot_hello_check(&a->hello, a->len, c->b->secret, c->b->comm->nranks, why, sizeof(why));
+  if (res == loomRemoteError) { /* short: the secret alone is no proof of a rank */
     char text[SOCK_ADDR_STRLEN];
-    snprintf(why, sizeof(why), "rank %d already joined from %s", hello.rank,
-             sock_addr_str(&c->b->links[hello.rank].addr, text, sizeof(text)));
-    return pending_refuse(c, i, hello.rank, why);
+    LOOM_WARN(SUB_BOOTSTRAP, "bootstrap: refused a connection from %s: %s",
+              sock_addr_str(&a->addr, text, sizeof(text)), why);
+    return arrival_close(a);
   }
-  pending_promote(c, i, &hello);
-}
-
-/* Checks a complete header from pending i; drops the connection if bad. */
-static int pending_hdr_ok(struct accept_ctx* c, int i) {
-  struct boot_hdr h;
-  char why[160];
-  memcpy(&h, c->pend[i].buf, sizeof(h));
-  if (boot_hdr_check(&h, sizeof(struct boot_hello), why, sizeof(why)) != loomSuccess) {
-    pending_drop(c, i, why);
-    return 0;
+  if (res != loomSuccess) return arrival_refuse(a, a->hello.rank, why);
+  if (c->b->links[a->hello.rank].fd >= 0) {
+    char text[SOCK_ADDR_STRLEN];
+    snprintf(why, sizeof(why), "rank %d already joined from %s", a->hello.rank,
+             sock_addr_str(&c->b->links[a->hello.rank].addr, text, sizeof(text)));
+    return arrival_refuse(a, a->hello.rank, why);
   }
-  if (h.type != BOOT_HELLO) {
-    snprintf(why, sizeof(why), "expected a hello, got a %s message", boot_type_name(h.type));
-    pending_drop(c, i, why);
-    return 0;
-  }
-  return 1;
-}
-
-/* Reads what pending i has sent; never blocks. The header is checked as
- * soon as it is complete, before its length decides how much more to read. */
-static void pending_step(struct accept_ctx* c, int i) {
-  struct pending* p = &c->pend[i];
-  const size_t hdr_len = sizeof(struct boot_hdr);
-  for (;;) {
-    size_t want = hdr_len;
-    if (p->got >= hdr_len) {
-      uint32_t len;
-      memcpy(&len, p->buf + offsetof(struct boot_hdr, length), sizeof(len));
-      want += len;
-    }
-    if (p->got == want) return pending_hello(c, i);
-    ssize_t n = recv(p->fd, p->buf + p->got, want - p->got, MSG_DONTWAIT);
-    if (n == 0) {
-      char why[96];
-      snprintf(why, sizeof(why), "closed after %zu bytes, before a complete hello", p->got);
-      return pending_drop(c, i, why);
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (n < 0) return pending_drop(c, i, strerror(errno));
-    p->got += (size_t)n;
-    if (p->got == hdr_len && !pending_hdr_ok(c, i)) return;
-  }
-}
-
-/* Accepts every connection waiting in the backlog. */
-static loomResult_t accept_new(struct accept_ctx* c) {
-  for (;;) {
-    union sock_addr addr;
-    socklen_t len = sizeof(addr);
-    int fd = accept4(c->b->listen_fd, &addr.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return loomSuccess;
-      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
-      return err_set_sub(c->b->comm, SUB_BOOTSTRAP, loomSystemError,
-                         "bootstrap: accept on the rendezvous socket failed: %s", strerror(errno));
-    }
-    if (c->npend == c->cap && pending_grow(c) != loomSuccess) {
-      sock_close(fd);
-      return loomSystemError;
-    }
-    struct pending* p = &c->pend[c->npend++];
-    p->fd = fd;
-    p->addr = addr;
-    p->got = 0;
-  }
+  arrival_promote(c, a);
 }
 
 static loomResult_t accept_timeout(struct accept_ctx* c, char* why, size_t why_len) {
@@ -207,22 +109,11 @@ static loomResult_t accept_loop(struct accept_ctx* c, const struct deadline* dl,
       return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage, "bootstrap: %s", why);
     }
     if (deadline_passed(dl)) return accept_timeout(c, why, why_len);
-    c->pfd[0] = (struct pollfd){.fd = c->b->listen_fd, .events = POLLIN};
-    int npolled = c->npend;
-    for (int i = 0; i < npolled; i++) c->pfd[i + 1] = (struct pollfd){c->pend[i].fd, POLLIN, 0};
-    int rc =
-        poll(c->pfd, (nfds_t)npolled + 1, (int)LOOM_MIN(deadline_left_ms(dl), ACCEPT_SLICE_MS));
-    if (rc < 0 && errno != EINTR) {
-      snprintf(why, why_len, "rank 0 failed in poll: %s", strerror(errno));
-      return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: %s", why);
-    }
-    if (rc <= 0) continue;
-    /* Backwards, so that pending_remove's swap never skips a polled entry. */
-    for (int i = npolled - 1; i >= 0; i--)
-      if (c->pfd[i + 1].revents) pending_step(c, i);
-    if (c->pfd[0].revents && accept_new(c) != loomSuccess) {
-      snprintf(why, why_len, "rank 0 could not accept connections");
-      return loomSystemError;
+    struct boot_arrival* a = boot_listen_wait(c->claim, dl, &comm->aborted);
+    while (a != NULL) {
+      struct boot_arrival* next = a->next;
+      arrival_decide(c, a);
+      a = next;
     }
   }
   return loomSuccess;
@@ -280,17 +171,6 @@ static loomResult_t table_send(struct bootstrap* b, const struct peer_info* peer
   return loomSuccess;
 }
 
-static loomResult_t root_listen(struct bootstrap* b) {
-  b->listen_fd = boot_registry_take(b->secret);
-  if (b->listen_fd >= 0) return loomSuccess;
-  /* The id was made by boot_id_from_addr without listen, or elsewhere. */
-  union sock_addr addr = b->root_addr;
-  LOOM_CHECK(sock_listen(b->comm, &addr, &b->listen_fd));
-  char text[SOCK_ADDR_STRLEN];
-  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: listening on %s", sock_addr_str(&addr, text, sizeof(text)));
-  return loomSuccess;
-}
-
 static loomResult_t root_rendezvous(struct bootstrap* b, const struct peer_info* self,
                                     struct peer_info* peers, uint64_t* hash_out,
                                     const struct deadline* dl) {
@@ -298,18 +178,13 @@ static loomResult_t root_rendezvous(struct bootstrap* b, const struct peer_info*
   char why[200] = "";
   peers[0] = *self;
   peers[0].rank = 0;
-  LOOM_CHECK(root_listen(b));
-  loomResult_t res = pending_grow(&c);
-  if (res == loomSuccess) res = accept_loop(&c, dl, why, sizeof(why));
+  LOOM_CHECK(boot_listen_claim(b->comm, &b->root_addr, b->secret, &c.claim));
+  loomResult_t res = accept_loop(&c, dl, why, sizeof(why));
   if (res != loomSuccess) accept_fail_notify(&c, res, why);
   if (res == loomSuccess) res = random_bytes(hash_out, sizeof(*hash_out));
   if (res == loomSuccess) res = table_send(b, peers, *hash_out, dl);
-  /* Strangers still pending and the listener go now: nobody else may join. */
-  for (int i = 0; i < c.npend; i++) sock_close(c.pend[i].fd);
-  free(c.pend);
-  free(c.pfd);
-  sock_close(b->listen_fd);
-  b->listen_fd = -1;
+  /* Whoever still waits for this id goes now: nobody else may join. */
+  boot_listen_release(c.claim);
   if (res == loomSuccess) fault_point("init", 0);
   return res;
 }

@@ -1,7 +1,7 @@
 /* boot_internal.h - state shared by the bootstrap's files: bootstrap.c (wire
- * checks, ids, the listener registry), boot_init.c (the rendezvous) and
- * boot_watch.c (watcher, mailbox, all-gather, teardown). Not for other
- * layers: they use bootstrap.h.
+ * checks, ids), boot_listen.c (the listeners ids share, and who serves
+ * them), boot_init.c (the rendezvous) and boot_watch.c (watcher, mailbox,
+ * all-gather, teardown). Not for other layers: they use bootstrap.h.
  *
  * Threads: the thread that calls boot_* (the user's or the init thread) and
  * one watcher per communicator. The watcher owns every read of the bootstrap
@@ -52,7 +52,6 @@ struct bootstrap {
   struct loom_comm* comm;
   uint64_t secret;
   union sock_addr root_addr;
-  int listen_fd; /* rank 0 until the table is out; else -1 */
   /* Rank 0: nranks links indexed by peer (links[0] unused). Others: one. */
   int nlinks;
   struct boot_link* links;
@@ -92,8 +91,39 @@ void boot_hdr_fill(struct boot_hdr* h, int from, uint16_t type, uint32_t tag, ui
 const char* boot_type_name(unsigned type);
 /* The id's address as a socket address. */
 void boot_id_addr(const struct boot_id* id, union sock_addr* addr_out);
-/* Takes the listening socket that boot_id_create left for secret, or -1. */
-int boot_registry_take(uint64_t secret);
+
+/* boot_listen.c */
+/* A connection that said a hello with a claim's secret; the rendezvous
+ * checks the rest. */
+struct boot_arrival {
+  struct boot_arrival* next;
+  int fd;
+  union sock_addr addr;
+  size_t len; /* bytes of hello received */
+  struct boot_hello hello;
+};
+struct boot_claim;
+/* Registers an id made here: secret, served by this process's listener for
+ * *addr (shared: the listener every id of that interface shares, port 0
+ * in *addr, the port written back; else the exact address), opened on
+ * first use. */
+loomResult_t boot_listen_register(union sock_addr* addr, int shared, uint64_t secret);
+/* Forgets an id made here that no rank 0 claimed: what waits for it
+ * closes, and the listener with its last id. */
+void boot_listen_forget(const union sock_addr* addr, uint64_t secret);
+/* Rank 0: claims the connections that carry secret on the listener of addr
+ * (one is opened when this process has none there: an id made elsewhere). */
+loomResult_t boot_listen_claim(struct loom_comm* comm, const union sock_addr* addr, uint64_t secret,
+                               struct boot_claim** out);
+/* Waits until hellos carrying the claim's secret have arrived, the deadline
+ * passes or *abort_flag is set; polls the listener meanwhile unless another
+ * rendezvous does. Returns the arrivals in order (the caller owns them and
+ * their sockets), or NULL. */
+struct boot_arrival* boot_listen_wait(struct boot_claim* c, const struct deadline* dl,
+                                      const _Atomic int* abort_flag);
+/* The rendezvous is over: forgets the claim and closes what still waits
+ * for it. */
+void boot_listen_release(struct boot_claim* c);
 
 /* boot_watch.c */
 /* Allocates the state both roles share; links get fd -1. */

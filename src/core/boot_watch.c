@@ -35,7 +35,6 @@ loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstr
   b->nlinks = nlinks;
   b->links = links;
   b->left = left;
-  b->listen_fd = -1;
   b->stop_fd = -1;
   for (int i = 0; i < nlinks; i++) {
     links[i].fd = -1;
@@ -107,7 +106,6 @@ void boot_state_free(struct bootstrap* b, int clean) {
     free(l->msg);
     pthread_mutex_destroy(&l->send_lock);
   }
-  if (b->listen_fd >= 0) close(b->listen_fd);
   if (b->stop_fd >= 0) close(b->stop_fd);
   while (b->mail != NULL) {
     struct boot_mail* m = b->mail;

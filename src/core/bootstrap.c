@@ -1,7 +1,6 @@
-/* bootstrap.c - the wire format's checks, the unique id, and the registry of
- * listening sockets that ids created in this process keep for their rank 0.
- * The rendezvous is in boot_init.c; the watcher, all-gather and teardown in
- * boot_watch.c.
+/* bootstrap.c - the wire format's checks and the unique id. The listeners
+ * ids share are in boot_listen.c, the rendezvous in boot_init.c; the
+ * watcher, all-gather and teardown in boot_watch.c.
  *
  * Wire: every message is a struct boot_hdr (24 bytes, host byte order: both
  * ends run the same build, and a foreign byte order fails the magic check)
@@ -160,70 +159,16 @@ static void id_fill(struct boot_id* id, const union sock_addr* addr, uint64_t se
   id->secret = secret;
 }
 
-/* ---- Registry of listening sockets ----------------------------------------- */
-
-/* An id created here keeps its socket listening from loomGetUniqueId on, so
- * ranks that connect before rank 0 reaches boot_init wait in the backlog. */
-struct boot_listener {
-  struct boot_listener* next;
-  uint64_t secret;
-  int fd;
-};
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct boot_listener* registry_head;
-
-static loomResult_t registry_put(uint64_t secret, int fd) {
-  struct boot_listener* e = calloc(1, sizeof(*e));
-  if (e == NULL)
-    return err_set_sub(NULL, SUB_BOOTSTRAP, loomSystemError,
-                       "bootstrap: out of memory for the listener registry");
-  e->secret = secret;
-  e->fd = fd;
-  pthread_mutex_lock(&registry_lock);
-  e->next = registry_head;
-  registry_head = e;
-  pthread_mutex_unlock(&registry_lock);
-  return loomSuccess;
-}
-
-int boot_registry_take(uint64_t secret) {
-  int fd = -1;
-  pthread_mutex_lock(&registry_lock);
-  for (struct boot_listener** p = &registry_head; *p != NULL; p = &(*p)->next) {
-    if ((*p)->secret != secret) continue;
-    struct boot_listener* e = *p;
-    *p = e->next;
-    fd = e->fd;
-    free(e);
-    break;
-  }
-  pthread_mutex_unlock(&registry_lock);
-  return fd;
-}
-
 void boot_id_release(const struct boot_id* id) {
-  int fd = boot_registry_take(id->secret);
-  if (fd >= 0) sock_close(fd);
+  union sock_addr addr;
+  boot_id_addr(id, &addr);
+  boot_listen_forget(&addr, id->secret);
 }
 
 static loomResult_t secret_new(uint64_t* out) {
   uint64_t s = 0;
   while (s == 0) LOOM_CHECK(random_bytes(&s, sizeof(s))); /* 0 reads as "unset" */
   *out = s;
-  return loomSuccess;
-}
-
-/* Listens on addr and leaves the socket in the registry under secret. */
-static loomResult_t listen_and_register(union sock_addr* addr, uint64_t secret) {
-  int fd;
-  LOOM_CHECK(sock_listen(NULL, addr, &fd));
-  loomResult_t res = registry_put(secret, fd);
-  if (res != loomSuccess) {
-    sock_close(fd);
-    return res;
-  }
-  char text[SOCK_ADDR_STRLEN];
-  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: listening on %s", sock_addr_str(addr, text, sizeof(text)));
   return loomSuccess;
 }
 
@@ -234,7 +179,7 @@ loomResult_t boot_id_create(struct boot_id* id_out) {
   LOOM_CHECK(sock_if_pick(&addr, ifname, sizeof(ifname)));
   LOOM_CHECK(secret_new(&secret));
   LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: unique id on interface %s", ifname);
-  LOOM_CHECK(listen_and_register(&addr, secret));
+  LOOM_CHECK(boot_listen_register(&addr, 1, secret));
   id_fill(id_out, &addr, secret);
   return loomSuccess;
 }
@@ -243,12 +188,7 @@ loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen
                                struct boot_id* id_out) {
   union sock_addr addr;
   LOOM_CHECK(sock_addr_parse(hostport, &addr));
-  if (listen) {
-    /* The id keeps the named address, which is what the other ranks dial,
-     * even when the socket ended up bound to the wildcard. */
-    union sock_addr bound = addr;
-    LOOM_CHECK(listen_and_register(&bound, secret));
-  }
+  if (listen) LOOM_CHECK(boot_listen_register(&addr, 0, secret));
   id_fill(id_out, &addr, secret);
   return loomSuccess;
 }

@@ -81,18 +81,21 @@ loomResult_t boot_hello_check(const struct boot_hello* h, size_t len, uint64_t s
 
 /* ---- Rendezvous ---- */
 
-/* Creates an id: opens a listening socket (on LOOM_SOCKET_IFNAME or the
- * first usable interface) kept by this process for rank 0 to take. */
+/* Creates an id: a new secret, registered with this process's listening
+ * socket for LOOM_SOCKET_IFNAME or the first usable interface, which every
+ * id made here on that interface shares (opened by the first, closed when no
+ * id made here waits for its rank 0 any more). Thread-safe. */
 loomResult_t boot_id_create(struct boot_id* id_out);
 /* Makes an id from "host:port" and a secret (loomCommInitFromEnv). With
- * listen != 0 (rank 0) also opens the listening socket (on the wildcard
- * address when host is not local, e.g. behind NAT). Without it, rank 0's
- * boot_init binds the address itself. */
+ * listen != 0 (rank 0) also opens a listening socket for it on that address
+ * (on the wildcard address when host is not local, e.g. behind NAT).
+ * Without it, rank 0's boot_init binds the address itself. */
 loomResult_t boot_id_from_addr(const char* hostport, uint64_t secret, int listen,
                                struct boot_id* id_out);
 
-/* Closes the listening socket an id opened in this process, if it is still
- * waiting for rank 0 to take it (a rank-0 init that failed before joining). */
+/* Forgets an id made in this process whose rank 0 has not taken it (a
+ * rank-0 init that failed before joining): connections waiting for it
+ * close, and its listener when no other id uses it. */
 void boot_id_release(const struct boot_id* id);
 
 /* Joins the communicator: connects to rank 0 (retrying until the deadline),

@@ -667,6 +667,46 @@ TEST(BootRendezvous, KnownSecretBadRankIsToldWhy) {
   for (auto& rk : ranks) FreeRank(rk, 1);
 }
 
+// ---- Ids sharing the listener -----------------------------------------------------------
+
+// Two ids of this process share one listener. A rank of id B connects while
+// id A's rendezvous polls (so A accepts it) and says its hello only a moment
+// later, after A's rendezvous has ended: the hello must still reach B's
+// rank 0, not be cut off with the pending set A's rendezvous takes down.
+TEST(BootRendezvous, HelloInFlightForAnotherIdSurvives) {
+  boot_id a, b;
+  ASSERT_EQ(boot_id_create(&a), loomSuccess);
+  ASSERT_EQ(boot_id_create(&b), loomSuccess);
+  ASSERT_EQ(a.port, b.port) << "the ids do not share a listener";
+  std::vector<Rank> ra(2);
+  StartRank(ra[0], a, 2, 0, 20000);
+  std::this_thread::sleep_for(100ms);  // A polls the listener now
+  int late = DialBlocking(IdAddr(b));
+  ASSERT_GE(late, 0);
+  std::this_thread::sleep_for(100ms);  // A has accepted it: no hello yet
+  StartRank(ra[1], a, 2, 1, 20000);
+  std::this_thread::sleep_for(100ms);  // A's rendezvous is over
+  struct {
+    boot_hdr h;
+    boot_hello hello;
+  } msg{Hdr(BOOT_HELLO, sizeof(boot_hello)), Hello(b.secret, 2, 1)};
+  ASSERT_EQ(send(late, &msg, sizeof(msg), MSG_NOSIGNAL), (ssize_t)sizeof(msg));
+  for (auto& rk : ra) rk.th.join();
+  for (auto& rk : ra) EXPECT_EQ(rk.init, loomSuccess) << rk.why;
+  Rank rb;
+  StartRank(rb, b, 2, 0, 20000);
+  boot_hdr reply{};
+  deadline dl = deadline_in_ms(10000);
+  EXPECT_EQ(sock_recv_all(late, &reply, sizeof(reply), &dl, nullptr), 0)
+      << "B's rank 1 lost its connection";
+  EXPECT_EQ(reply.type, BOOT_TABLE);
+  rb.th.join();
+  EXPECT_EQ(rb.init, loomSuccess) << rb.why;
+  close(late);
+  FreeRank(rb, 0);
+  for (auto& rk : ra) FreeRank(rk, 1);
+}
+
 // ---- After init: failure detection ---------------------------------------------------
 
 // Brings up n ranks and returns them ready (init done, threads joined).

@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "../../core/accept.h"
 #include "../../core/sock.h"
 #include "../transport.h"
 
@@ -42,8 +43,6 @@ static inline const char* sock_lane_name(int lane) {
 #define SOCK_MAX_STREAMS 16
 /* A connection that has not said a complete hello by then is dropped. */
 #define SOCK_HELLO_MS 10000
-/* Connections not yet matched to a receiving connection, at most. */
-#define SOCK_MAX_PENDING 1024
 
 struct sock_hello {
   uint32_t magic;
@@ -70,7 +69,7 @@ struct sock_frame {
 };
 
 /* What epoll hands back: the first member of everything registered. */
-enum sock_ep_kind { EP_WAKE, EP_LISTEN, EP_HELLO, EP_STREAM };
+enum sock_ep_kind { EP_WAKE, EP_ACCEPT, EP_STREAM };
 struct sock_ep {
   enum sock_ep_kind kind;
 };
@@ -155,16 +154,13 @@ struct sock_conn {
   struct deadline connect_dl;
 };
 
-/* A connection accepted by the listener: reading its hello, or (parked)
- * waiting for the receiving connection it names to exist. */
+/* A stream whose hello was right, parked until this rank makes the
+ * receiving connection it names. Out of epoll's watch until then. (Before
+ * its hello a connection belongs to the accept set.) */
 struct sock_pending {
-  struct sock_ep ep; /* first: EP_HELLO */
   int fd;
   union sock_addr addr;
-  struct deadline dl;
-  size_t got;
   struct sock_hello hello;
-  int parked;
   struct sock_pending* next;
 };
 
@@ -177,7 +173,8 @@ struct sock_comm {
   size_t bufsize;
   union sock_addr* addrs; /* every rank's listening address */
   int listen_fd, ep_fd, wake_fd;
-  struct sock_ep listen_ep, wake_ep;
+  struct sock_ep accept_ep, wake_ep;
+  char who[48]; /* "rank R: socket transport", for the accept set's lines */
   pthread_t thread;
   int thread_live;
   /* Under lock: what the executor hands the thread. */
@@ -196,9 +193,10 @@ struct sock_comm {
   /* The network thread's own. */
   struct sock_conn** recv_by_key; /* [lane * nranks + peer] */
   struct sock_conn* all;
-  struct sock_pending* pending;
-  int npending;    /* on the list, parked or not */
-  int nhello;      /* of them, still reading their hello (they have deadlines) */
+  /* Accepted connections until their hello is through: bounded, with
+   * deadlines and eviction, so strangers cannot use up the descriptors. */
+  struct accept_set* accept;
+  struct sock_pending* parked; /* at most one per (peer, lane, stream) */
   int nconnecting; /* sender connections not up yet (they retry on a timer) */
 };
 

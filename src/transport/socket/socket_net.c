@@ -3,17 +3,19 @@
  * and an eventfd through which the executor hands over new connections,
  * posted transfers and closed connections.
  *
- * A round: wait for events (at most SOCK_TICK_MS while a hello or a connect
- * has a deadline), handle them, then the executor's lists, then progress
- * every connection that something happened to, then timers; connections
- * closed by the executor are freed last, when no event of the round can
- * name them any more.
+ * A round: wait for events (until the accept set's next deadline, at most
+ * SOCK_TICK_MS while a connect retries), handle them, then the executor's
+ * lists, then progress every connection that something happened to, then
+ * timers; connections closed by the executor are freed last, when no event
+ * of the round can name them any more.
  *
- * Accepting never blocks the thread: the listener and every accepted
- * socket are non-blocking, and each accepted socket keeps its own partial
- * hello. Whatever is not a correct hello for this communicator and rank
- * (garbage, a wrong secret, an unknown rank, silence past SOCK_HELLO_MS)
- * costs one WARN and a close; the communicator never sees it. */
+ * Accepting never blocks the thread: the listener's connections belong to
+ * an accept set (core/accept.h) until their hello is through, which reads
+ * each hello without blocking, bounds how many wait and for how long
+ * (SOCK_HELLO_MS), and evicts the silent when full or near the descriptor
+ * limit. Whatever is not a correct hello for this communicator and rank
+ * (garbage, a wrong secret, an unknown rank, silence) costs a close and a
+ * WARN line under the set's rate limit; the communicator never sees it. */
 #include <errno.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -47,22 +49,17 @@ static void batch_add(struct sock_conn** batch, struct sock_conn* c) {
 
 /* ---- Accepting --------------------------------------------------------------- */
 
-static void pending_unlink(struct sock_comm* sc, struct sock_pending* p) {
-  for (struct sock_pending** pp = &sc->pending; *pp; pp = &(*pp)->next)
+static void parked_unlink(struct sock_comm* sc, struct sock_pending* p) {
+  for (struct sock_pending** pp = &sc->parked; *pp; pp = &(*pp)->next)
     if (*pp == p) {
       *pp = p->next;
       break;
     }
-  sc->npending--;
-  if (!p->parked) sc->nhello--;
 }
 
+/* Refuses a connection whose hello was complete (p is off the list). */
 static void pending_drop(struct sock_comm* sc, struct sock_pending* p, const char* why) {
-  char text[SOCK_ADDR_STRLEN];
-  LOOM_WARN(SUB_NET, "rank %d: socket transport refused a connection from %s: %s", sc->comm->rank,
-            sock_addr_str(&p->addr, text, sizeof(text)), why);
-  pending_unlink(sc, p);
-  sock_close(p->fd);
+  accept_set_refuse(sc->accept, p->fd, &p->addr, why);
   free(p);
 }
 
@@ -95,7 +92,8 @@ static const char* hello_problem(const struct sock_comm* sc, const struct sock_h
   return NULL;
 }
 
-/* Makes a checked connection stream s of c. Returns why not, or NULL. */
+/* Makes a checked connection (off the parked list) a stream of c. Returns
+ * why not, or NULL. */
 static const char* stream_attach(struct sock_comm* sc, struct sock_conn* c, struct sock_pending* p,
                                  char* buf, size_t len) {
   const struct sock_hello* h = &p->hello;
@@ -124,8 +122,7 @@ static const char* stream_attach(struct sock_comm* sc, struct sock_conn* c, stru
   pthread_mutex_unlock(&c->lock);
   if (why != NULL) return why;
   struct epoll_event ev = {.events = sock_stream_events(c), .data.ptr = &c->streams[h->stream].ep};
-  epoll_ctl(sc->ep_fd, EPOLL_CTL_MOD, p->fd, &ev);
-  pending_unlink(sc, p);
+  epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, p->fd, &ev);
   free(p);
   return NULL;
 }
@@ -149,70 +146,42 @@ static void hello_done(struct sock_comm* sc, struct sock_pending* p, struct sock
       batch_add(batch, c); /* data may be waiting already */
     return;
   }
-  for (struct sock_pending* q = sc->pending; q; q = q->next)
-    if (q->parked && q->hello.src == h->src && q->hello.lane == h->lane &&
-        q->hello.stream == h->stream) {
+  for (struct sock_pending* q = sc->parked; q; q = q->next)
+    if (q->hello.src == h->src && q->hello.lane == h->lane && q->hello.stream == h->stream) {
       snprintf(buf, sizeof(buf), "rank %d opened %s stream %u twice", h->src, sock_lane_name(h->lane),
                h->stream);
       pending_drop(sc, p, buf);
       return;
     }
-  p->parked = 1; /* until this rank makes its receiving connection */
-  sc->nhello--;
+  p->next = sc->parked; /* until this rank makes its receiving connection */
+  sc->parked = p;
 }
 
-static void hello_read(struct sock_comm* sc, struct sock_pending* p, struct sock_conn** batch) {
-  if (p->parked) return; /* what follows the hello is the connection's */
-  while (p->got < sizeof(p->hello)) {
-    ssize_t n = recv(p->fd, (char*)&p->hello + p->got, sizeof(p->hello) - p->got, MSG_DONTWAIT);
-    if (n > 0) {
-      p->got += (size_t)n;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    pending_drop(sc, p, n == 0 ? "closed before a complete hello" : strerror(errno));
-    return;
-  }
-  hello_done(sc, p, batch);
+struct arrival_ctx {
+  struct sock_comm* sc;
+  struct sock_conn** batch;
+};
+
+/* The accept set has a complete hello (accept_hello_fn). */
+static void hello_arrived(void* arg, int fd, const union sock_addr* addr, const void* hello,
+                          size_t len) {
+  struct arrival_ctx* ctx = arg;
+  struct sock_pending* p = calloc(1, sizeof(*p));
+  if (p == NULL) return accept_set_refuse(ctx->sc->accept, fd, addr, "out of memory");
+  p->fd = fd;
+  p->addr = *addr;
+  memcpy(&p->hello, hello, LOOM_MIN(len, sizeof(p->hello)));
+  hello_done(ctx->sc, p, ctx->batch);
+}
+
+/* A hello is a fixed 40 bytes; its fields are checked once it is whole. */
+static long hello_len(const void* buf, size_t got, char* why, size_t why_len) {
+  return (long)sizeof(struct sock_hello);
 }
 
 static void net_accept(struct sock_comm* sc, struct sock_conn** batch) {
-  for (;;) {
-    union sock_addr a;
-    socklen_t len = sizeof(a);
-    int fd = accept4(sc->listen_fd, &a.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        LOOM_WARN(SUB_NET, "rank %d: socket transport: accept failed: %s", sc->comm->rank,
-                  strerror(errno));
-      return;
-    }
-    struct sock_pending* p = calloc(1, sizeof(*p));
-    if (p == NULL || sc->npending >= SOCK_MAX_PENDING) {
-      char text[SOCK_ADDR_STRLEN];
-      LOOM_WARN(SUB_NET, "rank %d: socket transport refused a connection from %s: %d are pending",
-                sc->comm->rank, sock_addr_str(&a, text, sizeof(text)), sc->npending);
-      free(p);
-      sock_close(fd);
-      continue;
-    }
-    p->ep.kind = EP_HELLO;
-    p->fd = fd;
-    p->addr = a;
-    p->dl = deadline_in_ms(LOOM_MIN(sc->comm->timeout_ms, (long long)SOCK_HELLO_MS));
-    p->next = sc->pending;
-    sc->pending = p;
-    sc->npending++;
-    sc->nhello++;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = &p->ep};
-    if (epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      pending_drop(sc, p, strerror(errno));
-      continue;
-    }
-    hello_read(sc, p, batch);
-  }
+  struct arrival_ctx ctx = {sc, batch};
+  accept_set_run(sc->accept, hello_arrived, &ctx);
 }
 
 /* ---- Connecting (senders) ---------------------------------------------------- */
@@ -411,9 +380,10 @@ static void conn_adopt(struct sock_comm* sc, struct sock_conn* c, struct sock_co
     return;
   }
   sc->recv_by_key[(size_t)c->base.lane * (size_t)sc->comm->nranks + (size_t)c->base.peer] = c;
-  for (struct sock_pending *p = sc->pending, *next; p; p = next) {
+  for (struct sock_pending *p = sc->parked, *next; p; p = next) {
     next = p->next;
-    if (!p->parked || p->hello.src != c->base.peer || p->hello.lane != c->base.lane) continue;
+    if (p->hello.src != c->base.peer || p->hello.lane != c->base.lane) continue;
+    parked_unlink(sc, p);
     char buf[160];
     const char* why = stream_attach(sc, c, p, buf, sizeof(buf));
     if (why != NULL) pending_drop(sc, p, why);
@@ -437,12 +407,6 @@ static void conn_release(struct sock_comm* sc, struct sock_conn* c) {
 /* ---- Timers --------------------------------------------------------------------- */
 
 static void net_timers(struct sock_comm* sc) {
-  if (sc->nhello > 0) {
-    for (struct sock_pending *p = sc->pending, *next; p; p = next) {
-      next = p->next;
-      if (!p->parked && deadline_passed(&p->dl)) pending_drop(sc, p, "no complete hello in time");
-    }
-  }
   if (sc->nconnecting == 0) return;
   uint64_t now = time_now_ns();
   for (struct sock_conn* c = sc->all; c; c = c->next_all) {
@@ -482,7 +446,8 @@ static void drain_wake(struct sock_comm* sc) {
 
 /* One round. Returns 0 when the thread should stop. */
 static int net_round(struct sock_comm* sc, struct epoll_event* evs) {
-  int timeout = (sc->nhello > 0 || sc->nconnecting > 0) ? SOCK_TICK_MS : -1;
+  int timeout = accept_set_timeout_ms(sc->accept);
+  if (sc->nconnecting > 0 && (timeout < 0 || timeout > SOCK_TICK_MS)) timeout = SOCK_TICK_MS;
   int n = epoll_wait(sc->ep_fd, evs, SOCK_EVENTS, timeout);
   if (n < 0 && errno != EINTR) {
     LOOM_WARN(SUB_NET, "rank %d: socket transport: epoll_wait failed: %s", sc->comm->rank,
@@ -496,11 +461,8 @@ static int net_round(struct sock_comm* sc, struct epoll_event* evs) {
       case EP_WAKE:
         drain_wake(sc);
         break;
-      case EP_LISTEN:
+      case EP_ACCEPT:
         net_accept(sc, &batch);
-        break;
-      case EP_HELLO:
-        hello_read(sc, (struct sock_pending*)ep, &batch);
         break;
       case EP_STREAM:
         stream_event(sc, (struct sock_stream*)ep, evs[i].events, &batch);
@@ -523,6 +485,7 @@ static int net_round(struct sock_comm* sc, struct epoll_event* evs) {
     atomic_store(&c->queued, 0); /* a post from here on queues it again */
     batch_add(&batch, c);
   }
+  if (accept_set_timeout_ms(sc->accept) == 0) net_accept(sc, &batch); /* its deadlines */
   progress_batch(batch);
   net_timers(sc);
   /* Last: nothing of this round names them any more. */
@@ -549,12 +512,19 @@ loomResult_t sock_net_start(struct sock_comm* sc) {
   sc->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (sc->wake_fd < 0)
     return err_set_sub(comm, SUB_NET, loomSystemError, "eventfd failed: %s", strerror(errno));
+  snprintf(sc->who, sizeof(sc->who), "rank %d: socket transport", comm->rank);
+  const struct accept_cfg cfg = {.who = sc->who,
+                                 .subsys = SUB_NET,
+                                 .hello_max = sizeof(struct sock_hello),
+                                 .hello_len = hello_len,
+                                 .hello_ms = LOOM_MIN(comm->timeout_ms, (long long)SOCK_HELLO_MS)};
+  LOOM_CHECK(accept_set_create(comm, sc->listen_fd, &cfg, &sc->accept));
   sc->wake_ep.kind = EP_WAKE;
-  sc->listen_ep.kind = EP_LISTEN;
+  sc->accept_ep.kind = EP_ACCEPT;
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sc->wake_ep};
-  struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &sc->listen_ep};
+  struct epoll_event aev = {.events = EPOLLIN, .data.ptr = &sc->accept_ep};
   if (epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, sc->wake_fd, &ev) != 0 ||
-      epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, sc->listen_fd, &lev) != 0)
+      epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, accept_set_fd(sc->accept), &aev) != 0)
     return err_set_sub(comm, SUB_NET, loomSystemError, "epoll_ctl failed: %s", strerror(errno));
   int rc = pthread_create(&sc->thread, NULL, net_main, sc);
   if (rc != 0)
@@ -588,12 +558,14 @@ void sock_net_stop(struct sock_comm* sc) {
   }
   while (sc->all) conn_release(sc, sc->all);
   sc->new_list = sc->dirty_list = sc->closing_list = NULL;
-  while (sc->pending) {
-    struct sock_pending* p = sc->pending;
-    sc->pending = p->next;
+  while (sc->parked) {
+    struct sock_pending* p = sc->parked;
+    sc->parked = p->next;
     sock_close(p->fd);
     free(p);
   }
+  accept_set_destroy(sc->accept);
+  sc->accept = NULL;
   if (sc->ep_fd >= 0) close(sc->ep_fd);
   if (sc->wake_fd >= 0) close(sc->wake_fd);
   sc->ep_fd = sc->wake_fd = -1;
