@@ -60,8 +60,8 @@ static loomResult_t wait_error(struct bootstrap* b, loomResult_t verdict, const 
   struct loom_comm* comm = b->comm;
   if (verdict == loomInvalidUsage)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
-                       "bootstrap: communicator aborted while waiting for %s from rank %d", what,
-                       from);
+                       "bootstrap: %s while waiting for %s from rank %d", comm_stop_reason(comm),
+                       what, from);
   if (verdict == loomTimeout)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomTimeout,
                        "bootstrap: timed out after %llu ms waiting for %s from rank %d",

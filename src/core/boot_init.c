@@ -105,7 +105,7 @@ static loomResult_t accept_loop(struct accept_ctx* c, const struct deadline* dl,
   struct loom_comm* comm = c->b->comm;
   while (c->joined < comm->nranks - 1) {
     if (atomic_load(&comm->aborted)) {
-      snprintf(why, why_len, "rank 0 was aborted during the rendezvous");
+      snprintf(why, why_len, "rank 0: %s during the rendezvous", comm_stop_reason(comm));
       return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage, "bootstrap: %s", why);
     }
     if (deadline_passed(dl)) return accept_timeout(c, why, why_len);

@@ -121,8 +121,8 @@ loomResult_t boot_wire_error(struct loom_comm* comm, int err, const char* what) 
     case ETIMEDOUT:
       return err_set_sub(comm, SUB_BOOTSTRAP, loomTimeout, "bootstrap: timed out %s", what);
     case ECANCELED:
-      return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
-                         "bootstrap: communicator aborted while %s", what);
+      return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage, "bootstrap: %s while %s",
+                         comm_stop_reason(comm), what);
     default:
       return err_set_sub(comm, SUB_BOOTSTRAP, loomRemoteError, "bootstrap: %s failed: %s", what,
                          sock_err_str(err));

@@ -78,6 +78,12 @@ static void forming_stop(struct loom_comm* comm) {
   pthread_mutex_unlock(&forming_lock);
 }
 
+const char* comm_stop_reason(const struct loom_comm* comm) {
+  return comm && atomic_load(&comm->aborted) == COMM_ABORT_PARENT
+             ? "split stopped: the communicator it is split from failed"
+             : "communicator aborted";
+}
+
 void comm_free(struct loom_comm* comm) {
   if (!comm) return;
   comm_forming_end(comm, 0);

@@ -123,6 +123,9 @@ void comm_forming_begin(struct loom_comm* parent, struct loom_comm* child);
  * it, returns that failure's code with its text in the thread's (and the
  * child's) last error; else loomSuccess. */
 loomResult_t comm_forming_end(struct loom_comm* child, int ok);
+/* Why comm's waits were stopped, for messages: "communicator aborted" or
+ * "split stopped: the communicator it is split from failed". */
+const char* comm_stop_reason(const struct loom_comm* comm);
 /* Calls the wake hook, if set (any thread). */
 void comm_wake(struct loom_comm* comm);
 /* Sets the wake hook; fn NULL clears it. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "checks.h"
+#include "comm.h"
 #include "params.h"
 
 /* Waits are cut into slices so that an abort flag is seen within this long. */
@@ -289,7 +290,7 @@ loomResult_t sock_connect(struct loom_comm* comm, const union sock_addr* addr, c
     if (err != ETIMEDOUT || last_err == 0) last_err = err;
     if (err == ECANCELED)
       return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
-                         "bootstrap: communicator aborted while connecting to %s at %s", what,
+                         "bootstrap: %s while connecting to %s at %s", comm_stop_reason(comm), what,
                          text);
     if (!sock_connect_retryable(err))
       return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
