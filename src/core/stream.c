@@ -83,6 +83,16 @@ static void stream_free(struct loom_stream* s) {
   free(s);
 }
 
+/* Stops the worker once what is queued is done, and frees. */
+static void stream_stop_free(struct loom_stream* s) {
+  pthread_mutex_lock(&s->lock);
+  s->stop = 1;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->worker, NULL);
+  stream_free(s);
+}
+
 loomResult_t loomStreamCreate(loomStream_t* stream) {
   if (!stream)
     return err_set(NULL, loomInvalidArgument, "invalid argument: stream pointer is NULL");
@@ -98,12 +108,7 @@ loomResult_t loomStreamCreate(loomStream_t* stream) {
     return err_set(NULL, loomSystemError, "cannot start a stream worker: %s", strerror(rc));
   }
   if (handle_new(HANDLE_STREAM, s, &s->handle) != loomSuccess) {
-    pthread_mutex_lock(&s->lock);
-    s->stop = 1;
-    pthread_cond_signal(&s->work);
-    pthread_mutex_unlock(&s->lock);
-    pthread_join(s->worker, NULL);
-    stream_free(s);
+    stream_stop_free(s);
     return loomSystemError;
   }
   *stream = (loomStream_t)(uintptr_t)s->handle;
@@ -161,11 +166,6 @@ loomResult_t loomStreamQuery(loomStream_t stream) {
 loomResult_t loomStreamDestroy(loomStream_t stream) {
   struct loom_stream* s = handle_end((uint64_t)(uintptr_t)stream, HANDLE_STREAM);
   if (!s) return stream_bad(stream, "loomStreamDestroy");
-  pthread_mutex_lock(&s->lock);
-  s->stop = 1;
-  pthread_cond_signal(&s->work);
-  pthread_mutex_unlock(&s->lock);
-  pthread_join(s->worker, NULL);
-  stream_free(s);
+  stream_stop_free(s);
   return loomSuccess;
 }
