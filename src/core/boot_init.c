@@ -306,12 +306,15 @@ loomResult_t boot_init(struct loom_comm* comm, const struct boot_id* id,
     LOOM_CHECK_GOTO(root_rendezvous(b, self, peers, &hash, &dl), res, fail);
   else
     LOOM_CHECK_GOTO(join_rendezvous(b, self, peers, &hash, &dl), res, fail);
-  LOOM_CHECK_GOTO(boot_watcher_start(b), res, fail);
+  /* Before the watcher starts: a failure it records reads the table. */
   comm->peers = peers;
   comm->comm_hash = hash;
   comm->boot = b;
+  LOOM_CHECK_GOTO(boot_watcher_start(b), res, fail);
   return loomSuccess;
 fail:
+  comm->peers = NULL;
+  comm->boot = NULL;
   if (b != NULL) boot_state_free(b, 0);
   free(peers);
   return res;

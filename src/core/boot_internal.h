@@ -71,6 +71,7 @@ struct bootstrap {
   _Atomic unsigned char* left; /* comm->nranks entries */
   _Atomic int nleft;
 
+  pthread_mutex_t notify_lock; /* rank 0: one failure or departure notice at a time */
   pthread_mutex_t mail_lock;
   pthread_cond_t mail_cond; /* CLOCK_MONOTONIC */
   struct boot_mail* mail;

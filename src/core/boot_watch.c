@@ -49,6 +49,7 @@ loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstr
   pthread_cond_init(&b->mail_cond, &attr);
   pthread_condattr_destroy(&attr);
   pthread_mutex_init(&b->mail_lock, NULL);
+  pthread_mutex_init(&b->notify_lock, NULL);
   *out = b;
   return loomSuccess;
 }
@@ -114,6 +115,7 @@ void boot_state_free(struct bootstrap* b, int clean) {
   }
   pthread_cond_destroy(&b->mail_cond);
   pthread_mutex_destroy(&b->mail_lock);
+  pthread_mutex_destroy(&b->notify_lock);
   free(b->watch_pfd);
   free(b->watch_link);
   free(b->links);
@@ -151,6 +153,10 @@ static void failure_broadcast(struct bootstrap* b, int peer, loomResult_t code, 
   f.code = code;
   snprintf(f.why, sizeof(f.why), "%s", why);
   struct deadline dl = deadline_in_ms(BOOT_NOTIFY_MS);
+  /* One notice at a time, from whichever thread: a rank hears of the first
+   * failure before the echoes it causes (a rank that failed because of it
+   * and then closed its socket). */
+  pthread_mutex_lock(&b->notify_lock);
   for (int r = 1; r < b->nlinks; r++) {
     struct boot_link* l = &b->links[r];
     if (r == peer || l->fd < 0 || atomic_load(&l->dead)) continue;
@@ -159,6 +165,7 @@ static void failure_broadcast(struct bootstrap* b, int peer, loomResult_t code, 
       LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d failed: %s", r, peer,
                 sock_err_str(err));
   }
+  pthread_mutex_unlock(&b->notify_lock);
 }
 
 /* Rank 0 only: tells the other live ranks that peer left, so that one of
@@ -167,6 +174,7 @@ static void failure_broadcast(struct bootstrap* b, int peer, loomResult_t code, 
 static void left_broadcast(struct bootstrap* b, int peer) {
   int32_t who = peer;
   struct deadline dl = deadline_in_ms(BOOT_NOTIFY_MS);
+  pthread_mutex_lock(&b->notify_lock);
   for (int r = 1; r < b->nlinks; r++) {
     struct boot_link* l = &b->links[r];
     if (r == peer || l->fd < 0 || l->done || atomic_load(&l->dead)) continue;
@@ -175,6 +183,7 @@ static void left_broadcast(struct bootstrap* b, int peer) {
       LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d left: %s", r, peer,
                 sock_err_str(err));
   }
+  pthread_mutex_unlock(&b->notify_lock);
 }
 
 void boot_peer_leaves(struct bootstrap* b, int peer) {
