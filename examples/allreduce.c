@@ -11,14 +11,14 @@
 
 #include "loom.h"
 
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    loomResult_t r_ = (call);                                                        \
-    if (r_ != loomSuccess) {                                                         \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, loomGetErrorString(r_),         \
-              loomGetLastError(NULL));                                               \
-      exit(1);                                                                       \
-    }                                                                                \
+#define CHECK(call)                                                          \
+  do {                                                                       \
+    loomResult_t r_ = (call);                                                \
+    if (r_ != loomSuccess) {                                                 \
+      fprintf(stderr, "%s failed: %s (%s)\n", #call, loomGetErrorString(r_), \
+              loomGetLastError(NULL));                                       \
+      exit(1);                                                               \
+    }                                                                        \
   } while (0)
 
 static double now_s(void) {
@@ -62,9 +62,11 @@ int main(int argc, char** argv) {
   double bytes = (double)count * sizeof(float);
   double busbw = n > 1 ? bytes / dt * 2.0 * (n - 1) / n / 1e9 : 0.0;
   if (rank == 0 || wrong)
-    printf("rank %d of %d: all-reduce of %zu floats: result %g (expected %g), %zu wrong, %.3f ms (median of 7), "
-           "bus bandwidth %.2f GB/s\n",
-           rank, n, count, (double)buf[0], (double)want, wrong, dt * 1e3, busbw);
+    printf(
+        "rank %d of %d: all-reduce of %zu floats: result %g (expected %g), %zu wrong, %.3f ms "
+        "(median of 7), "
+        "bus bandwidth %.2f GB/s\n",
+        rank, n, count, (double)buf[0], (double)want, wrong, dt * 1e3, busbw);
   CHECK(loomCommFinalize(comm));
   CHECK(loomCommDestroy(comm));
   free(buf);

@@ -29,7 +29,7 @@ extern "C" {
 #define LOOM_MAJOR 0
 #define LOOM_MINOR 1
 #define LOOM_PATCH 0
-#define LOOM_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define LOOM_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
 #define LOOM_VERSION_CODE LOOM_VERSION(LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH)
 
 #define LOOM_UNIQUE_ID_BYTES 128
@@ -109,10 +109,10 @@ typedef struct {
 
 #define LOOM_CONFIG_MAGIC 0x6c6f6f6dU /* "loom" */
 #define LOOM_CONFIG_UNDEF_INT (-2147483647 - 1)
-#define LOOM_CONFIG_INITIALIZER                                                 \
-  {                                                                             \
-    sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE,                 \
-        LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT, NULL                      \
+#define LOOM_CONFIG_INITIALIZER                                                        \
+  {                                                                                    \
+    sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT, \
+        LOOM_CONFIG_UNDEF_INT, NULL                                                    \
   }
 
 /* ---- Versions and errors ------------------------------------------------ */
@@ -138,8 +138,8 @@ LOOM_API loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueI
 /* As loomCommInitRank with options. With config->blocking == 0 it returns
  * loomInProgress at once, *comm is valid, and loomCommGetAsyncError reports
  * loomSuccess once the communicator is ready. */
-LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
-                                    loomConfig_t* config);
+LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId,
+                                             int rank, loomConfig_t* config);
 /* ndev ranks inside this process. devlist names CUDA devices; (Loom) NULL
  * makes host ranks. Blocks until all are ready. */
 LOOM_API loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
@@ -153,7 +153,7 @@ LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config
 /* As MPI_Comm_split, collective over comm. color == LOOM_SPLIT_NOCOLOR gives
  * *newcomm == NULL. config may be NULL (inherit comm's). */
 LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
-                           loomConfig_t* config);
+                                    loomConfig_t* config);
 /* Completes the work issued on comm and synchronises with the peers, so that
  * loomCommDestroy afterwards never cuts a peer off. Collective. */
 LOOM_API loomResult_t loomCommFinalize(loomComm_t comm);
@@ -176,7 +176,8 @@ LOOM_API loomResult_t loomCommCuDevice(const loomComm_t comm, int* device);
 /* Memory that peers can reach without copies. */
 LOOM_API loomResult_t loomMemAlloc(void** ptr, size_t size);
 LOOM_API loomResult_t loomMemFree(void* ptr);
-LOOM_API loomResult_t loomCommRegister(const loomComm_t comm, void* buff, size_t size, void** handle);
+LOOM_API loomResult_t loomCommRegister(const loomComm_t comm, void* buff, size_t size,
+                                       void** handle);
 LOOM_API loomResult_t loomCommDeregister(const loomComm_t comm, void* handle);
 
 /* ---- Collectives -------------------------------------------------------- */
@@ -184,34 +185,37 @@ LOOM_API loomResult_t loomCommDeregister(const loomComm_t comm, void* handle);
  * stream == NULL: the call returns when the operation is complete. */
 
 LOOM_API loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                           loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
-                           loomStream_t stream);
+                                    loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                    loomStream_t stream);
 LOOM_API loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           loomDataType_t datatype, int root, loomComm_t comm,
-                           loomStream_t stream);
+                                    loomDataType_t datatype, int root, loomComm_t comm,
+                                    loomStream_t stream);
 LOOM_API loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
-                        loomStream_t stream);
+                                 loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                                 loomStream_t stream);
 LOOM_API loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
 LOOM_API loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
-                               loomStream_t stream);
+                                        loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                        loomStream_t stream);
 /* count elements to and from each peer. */
 LOOM_API loomResult_t loomAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
-                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+                                   loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
 /* (Loom) counts and displacements in elements, one per peer. */
-LOOM_API loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
-                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
-                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+LOOM_API loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], void* recvbuff,
+                                    const size_t recvcounts[], const size_t rdispls[],
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
 LOOM_API loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                        loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
+                                 loomDataType_t datatype, int root, loomComm_t comm,
+                                 loomStream_t stream);
 LOOM_API loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                         loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream);
-LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
-                      loomComm_t comm, loomStream_t stream);
+                                  loomDataType_t datatype, int root, loomComm_t comm,
+                                  loomStream_t stream);
+LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype,
+                               int peer, loomComm_t comm, loomStream_t stream);
 LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
-                      loomComm_t comm, loomStream_t stream);
+                               loomComm_t comm, loomStream_t stream);
 
 /* Calls between them are issued together at the outermost loomGroupEnd; sends
  * and receives inside one group never deadlock whatever their order. Per
@@ -221,8 +225,9 @@ LOOM_API loomResult_t loomGroupEnd(void);
 
 /* A sum in which each rank's input is first multiplied by *scalar (of type
  * datatype). With loomScalarHostImmediate the value is read now. */
-LOOM_API loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataType_t datatype,
-                                      loomScalarResidence_t residence, loomComm_t comm);
+LOOM_API loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar,
+                                               loomDataType_t datatype,
+                                               loomScalarResidence_t residence, loomComm_t comm);
 LOOM_API loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm);
 
 /* ---- Streams (Loom) ----------------------------------------------------- */

@@ -182,7 +182,7 @@ static int timed_loop(struct perf_thread* t, const struct bench_case* bc,
     if (agg && (group_end(t, loomSuccess) ||
                 (o->blocking && (perf_sync(t) || (o->blocking == 1 && perf_barrier(t))))))
       return -1;
-    if (o->blocking == 3) { /* start_coll (or the group above) has waited already */
+    if (o->blocking == 3) {      /* start_coll (or the group above) has waited already */
       coll_only += now_s() - ti; /* the barrier is not the collective's time */
       if (perf_barrier(t)) return -1;
     }

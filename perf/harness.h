@@ -7,7 +7,8 @@
 
 #include "common.h"
 
-#define PERF_LINE 512 /* one "# Using devices" line, exchanged between ranks (host, cpus, model) */
+/* One "# Using devices" line, exchanged between ranks (host, cpus, model). */
+#define PERF_LINE 512
 
 /* One rank driven by a thread. */
 struct perf_rank {

@@ -181,8 +181,7 @@ static int rank_register(struct perf_thread* t, struct perf_rank* r) {
   size_t bytes = t->max_bytes ? t->max_bytes : 1;
   char what[128];
   snprintf(what, sizeof(what), "%s of the send buffer (%zu bytes)", fn, bytes);
-  if (loom_ok(t, r, loomCommRegister(r->comm, r->send, bytes, &r->send_handle), what))
-    return -1;
+  if (loom_ok(t, r, loomCommRegister(r->comm, r->send, bytes, &r->send_handle), what)) return -1;
   snprintf(what, sizeof(what), "%s of the receive buffer (%zu bytes)", fn, bytes);
   return loom_ok(t, r, loomCommRegister(r->comm, r->recv, bytes, &r->recv_handle), what);
 }

@@ -7,8 +7,9 @@ set -euo pipefail
 # iproute2 (ip, ss, tc) and nftables: the network suite's hosts in namespaces
 # (tests/net); util-linux (mount, setpriv, unshare) is part of every Debian.
 # python3 and gnuplot-nox: the perf tools' JSON check and perf/plot.
+# clang-format: scripts/format.sh --check, the first step of scripts/test.sh.
 LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables
-               python3 gnuplot-nox)
+               python3 gnuplot-nox clang-format)
 
 # deps_missing PKG...: prints the ones not installed, space-separated.
 deps_missing() {

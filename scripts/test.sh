@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 loom_deps
+scripts/format.sh --check
 jobs=$(nproc)
 
 build_and_test() { # dir, cmake args..., -- ctest args...

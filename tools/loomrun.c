@@ -619,7 +619,9 @@ static void signal_ranks(struct run* r, int sig) {
     if (r->ranks[i].pid > 0) kill(-r->ranks[i].pid, sig);
 }
 
-static int64_t ms_of(double s) { return (int64_t)(s * 1000.0 + 0.5); }
+static int64_t ms_of(double s) {
+  return (int64_t)(s * 1000.0 + 0.5);
+}
 
 static void stop_begin(struct run* r, int sig, int exit_code) {
   r->exit_code = exit_code;

@@ -1,18 +1,19 @@
 /* algos.c - from a task to its plan: which algorithm families can serve
  * each collective, the tuner's pick among them, and the generator call. */
-#include "../core/checks.h"
-#include "../core/params.h"
-#include "../kernels/cpu/cpu_kernels.h"
-#include "../topo/tune.h"
-#include "../transport/transport.h"
-#include "coll.h"
-
 #include <string.h>
+
+#include "collectives/coll.h"
+#include "core/checks.h"
+#include "core/dtype.h"
+#include "core/params.h"
+#include "topo/tune.h"
+#include "transport/transport.h"
 
 typedef loomResult_t (*gen_fn)(const struct coll_args* a, struct plan* out);
 
-_Static_assert((int)TUNE_ALLREDUCE == (int)COLL_ALLREDUCE && (int)TUNE_SCATTER == (int)COLL_SCATTER,
-               "tune_coll and coll_kind must keep one order");
+/* Both enums come from core/colls.def; the collectives layer adds send and
+ * receive after the table. */
+_Static_assert((int)TUNE_COLL_COUNT == (int)COLL_SEND, "coll_kind extends colls.def");
 
 static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
     [COLL_ALLREDUCE] = {[TUNE_RING] = ring_allreduce_build,
@@ -22,16 +23,19 @@ static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
                         [TUNE_TWOSHOT] = twoshot_allreduce_build,
                         [TUNE_HIER] = hier_allreduce_build,
                         [TUNE_DOUBLING] = doubling_allreduce_build},
-    [COLL_BROADCAST] = {[TUNE_RING] = ring_broadcast_build, [TUNE_TREE] = tree_broadcast_build,
+    [COLL_BROADCAST] = {[TUNE_RING] = ring_broadcast_build,
+                        [TUNE_TREE] = tree_broadcast_build,
                         [TUNE_READ] = read_broadcast_build},
     [COLL_REDUCE] = {[TUNE_RING] = ring_reduce_build, [TUNE_TREE] = tree_reduce_build},
-    [COLL_ALLGATHER] = {[TUNE_RING] = ring_allgather_build, [TUNE_RHD] = rhd_allgather_build,
+    [COLL_ALLGATHER] = {[TUNE_RING] = ring_allgather_build,
+                        [TUNE_RHD] = rhd_allgather_build,
                         [TUNE_READ] = read_allgather_build},
     [COLL_REDUCESCATTER] = {[TUNE_RING] = ring_reducescatter_build,
                             [TUNE_RHD] = rhd_reducescatter_build,
                             [TUNE_READ] = read_reducescatter_build},
     [COLL_ALLTOALL] = {[TUNE_PAIRWISE] = pairwise_alltoall_build,
-                       [TUNE_BRUCK] = bruck_alltoall_build, [TUNE_READ] = read_alltoall_build},
+                       [TUNE_BRUCK] = bruck_alltoall_build,
+                       [TUNE_READ] = read_alltoall_build},
     [COLL_ALLTOALLV] = {[TUNE_PAIRWISE] = pairwise_alltoallv_build},
     [COLL_GATHER] = {[TUNE_DIRECT] = direct_gather_build},
     [COLL_SCATTER] = {[TUNE_DIRECT] = direct_scatter_build},
@@ -45,13 +49,16 @@ static size_t task_bytes(const struct coll_task* t, int n) {
     case COLL_REDUCESCATTER:
     case COLL_ALLTOALL:
     case COLL_GATHER:
-    case COLL_SCATTER: return t->count * es * (size_t)n;
-    default: return t->count * es;
+    case COLL_SCATTER:
+      return t->count * es * (size_t)n;
+    default:
+      return t->count * es;
   }
 }
 
 /* The families that read peers' buffers directly (direct.c). */
-#define DIRECT_ALGOS (TUNE_ALGO_BIT(TUNE_ONESHOT) | TUNE_ALGO_BIT(TUNE_TWOSHOT) | TUNE_ALGO_BIT(TUNE_READ))
+#define DIRECT_ALGOS \
+  (TUNE_ALGO_BIT(TUNE_ONESHOT) | TUNE_ALGO_BIT(TUNE_TWOSHOT) | TUNE_ALGO_BIT(TUNE_READ))
 
 unsigned algo_available(enum coll_kind kind) {
   unsigned avail = 0;
@@ -91,7 +98,8 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
       tune_pick(k, (enum tune_coll)t->kind, n, task_bytes(t, n), a.slice_elems * es, avail);
   if (algo == TUNE_HIER) {
     a.host_of = comm->coll->host_of;
-    a.cross_algo = tune_hier_cross(k, k->nhosts, task_bytes(t, n) / (size_t)k->local, a.slice_elems * es);
+    a.cross_algo =
+        tune_hier_cross(k, k->nhosts, task_bytes(t, n) / (size_t)k->local, a.slice_elems * es);
   }
   plan_init(out, comm->rank, n, tune_algo_name(algo));
   LOOM_TRACE(SUB_TUNE, "rank %d: %s of %zu bytes by %s%s%s", comm->rank,

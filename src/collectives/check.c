@@ -59,25 +59,14 @@ struct rank_sim {
   uint32_t phase;              /* syncs passed */
 };
 
-enum {
-  K_REDUCES = 1,   /* results are reductions: premul and div allowed */
-  K_ROOT_SEND = 2, /* only the root has SEND */
-  K_ROOT_RECV = 4, /* only the root has RECV */
-};
 struct kind_desc {
   const char* name;
-  unsigned flags;
+  unsigned flags; /* enum colls_flags */
 };
 static const struct kind_desc kinds[CHECK_KIND_COUNT] = {
-    [CHECK_ALLREDUCE] = {"all-reduce", K_REDUCES},
-    [CHECK_BROADCAST] = {"broadcast", K_ROOT_SEND},
-    [CHECK_REDUCE] = {"reduce", K_REDUCES | K_ROOT_RECV},
-    [CHECK_ALLGATHER] = {"all-gather", 0},
-    [CHECK_REDUCESCATTER] = {"reduce-scatter", K_REDUCES},
-    [CHECK_ALLTOALL] = {"all-to-all", 0},
-    [CHECK_ALLTOALLV] = {"all-to-all-v", 0},
-    [CHECK_GATHER] = {"gather", K_ROOT_RECV},
-    [CHECK_SCATTER] = {"scatter", K_ROOT_SEND},
+#define COLL(id, token, text, flags) [CHECK_##id] = {text, flags},
+#include "core/colls.def"
+#undef COLL
 };
 
 enum { POSTED = 1, DONE = 2 }; /* state of an op */
@@ -118,12 +107,21 @@ static size_t buf_need(const struct sim* s, int r, unsigned b) {
   int blocks; /* 1: the buffer holds one block per rank */
   switch (s->kind_id) {
     case CHECK_ALLGATHER:
-    case CHECK_GATHER: blocks = b == PB_RECV; break;
+    case CHECK_GATHER:
+      blocks = b == PB_RECV;
+      break;
     case CHECK_REDUCESCATTER:
-    case CHECK_SCATTER: blocks = b == PB_SEND; break;
-    case CHECK_ALLTOALL: blocks = 1; break;
-    case CHECK_ALLTOALLV: return b == PB_SEND ? s->row[r] : s->col[r];
-    default: blocks = 0; break;
+    case CHECK_SCATTER:
+      blocks = b == PB_SEND;
+      break;
+    case CHECK_ALLTOALL:
+      blocks = 1;
+      break;
+    case CHECK_ALLTOALLV:
+      return b == PB_SEND ? s->row[r] : s->col[r];
+    default:
+      blocks = 0;
+      break;
   }
   return blocks ? c * (size_t)s->nranks : c;
 }
@@ -131,8 +129,8 @@ static size_t buf_need(const struct sim* s, int r, unsigned b) {
 /* 1 when rank r has no buffer b: the user may pass NULL for it. */
 static int absent(const struct sim* s, int r, unsigned b) {
   if (r == s->root) return 0;
-  return (b == PB_SEND && (s->kind->flags & K_ROOT_SEND)) ||
-         (b == PB_RECV && (s->kind->flags & K_ROOT_RECV));
+  return (b == PB_SEND && (s->kind->flags & COLLF_ROOT_SEND)) ||
+         (b == PB_RECV && (s->kind->flags & COLLF_ROOT_RECV));
 }
 
 /* Whether rank r's call may be in place, and then where SEND and RECV start
@@ -143,14 +141,25 @@ static int inplace_at(const struct sim* s, int r, size_t* send_off, size_t* recv
   *send_off = *recv_off = 0;
   switch (s->kind_id) {
     case CHECK_ALLREDUCE:
-    case CHECK_ALLTOALL: return 1;
+    case CHECK_ALLTOALL:
+      return 1;
     case CHECK_BROADCAST:
-    case CHECK_REDUCE: return r == s->root;
-    case CHECK_ALLGATHER: *send_off = (size_t)r * c; return 1;
-    case CHECK_REDUCESCATTER: *recv_off = (size_t)r * c; return 1;
-    case CHECK_GATHER: *send_off = (size_t)s->root * c; return r == s->root;
-    case CHECK_SCATTER: *recv_off = (size_t)s->root * c; return r == s->root;
-    default: return 0; /* all-to-all-v has no in-place form */
+    case CHECK_REDUCE:
+      return r == s->root;
+    case CHECK_ALLGATHER:
+      *send_off = (size_t)r * c;
+      return 1;
+    case CHECK_REDUCESCATTER:
+      *recv_off = (size_t)r * c;
+      return 1;
+    case CHECK_GATHER:
+      *send_off = (size_t)s->root * c;
+      return r == s->root;
+    case CHECK_SCATTER:
+      *recv_off = (size_t)s->root * c;
+      return r == s->root;
+    default:
+      return 0; /* all-to-all-v has no in-place form */
   }
 }
 
@@ -198,7 +207,8 @@ static int expect(const struct sim* s, int r, struct sym* want) {
     case CHECK_SCATTER:
       for (size_t i = 0; i < c; i++) want[i] = mk(s->root, (size_t)r * c + i, 0);
       return 1;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -271,7 +281,7 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
   if (with_peer ? op->peer < 0 || op->peer >= s->nranks || op->peer == r : op->peer != -1)
     return fail(s, "rank %d step %u: %s with peer %d", r, t, name, op->peer);
   if (op->kind == OP_SYNC) return 0;
-  if (!(s->kind->flags & K_REDUCES) && (op->kind == OP_PREMUL || op->kind == OP_DIV))
+  if (!(s->kind->flags & COLLF_REDUCES) && (op->kind == OP_PREMUL || op->kind == OP_DIV))
     return fail(s, "rank %d step %u: %s in a %s plan, which reduces nothing", r, t, name,
                 s->kind->name);
   /* Before the bounds: the buffer may be declared with 0 elements here. */
@@ -280,8 +290,7 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
     struct plan_ref ref = w ? op->dst : op->src;
     int owner = w ? r : src_owner;
     if (!(w ? writes_dst(op->kind) : reads_src(op->kind)) || !absent(s, owner, ref.buf)) continue;
-    return fail(s,
-                "rank %d step %u: %s %s %s %s buffer, which only the root (rank %d) has in a %s",
+    return fail(s, "rank %d step %u: %s %s %s %s buffer, which only the root (rank %d) has in a %s",
                 r, t, name, w ? "writes" : "reads", owner == r ? "the" : "a peer's",
                 ref.buf == PB_SEND ? "send" : "receive", s->root, s->kind->name);
   }
@@ -334,10 +343,10 @@ static int plan_ok(struct sim* s, int r) {
   if (p->rank != r || p->nranks != s->nranks)
     return fail(s, "plan %d says it is rank %d of %d", r, p->rank, p->nranks);
   /* A buffer the rank does not have may be declared empty. */
-  int send_ok = p->buf_count[PB_SEND] == want_send ||
-                (absent(s, r, PB_SEND) && p->buf_count[PB_SEND] == 0);
-  int recv_ok = p->buf_count[PB_RECV] == want_recv ||
-                (absent(s, r, PB_RECV) && p->buf_count[PB_RECV] == 0);
+  int send_ok =
+      p->buf_count[PB_SEND] == want_send || (absent(s, r, PB_SEND) && p->buf_count[PB_SEND] == 0);
+  int recv_ok =
+      p->buf_count[PB_RECV] == want_recv || (absent(s, r, PB_RECV) && p->buf_count[PB_RECV] == 0);
   if (!send_ok || !recv_ok)
     return fail(s, "rank %d: plan has send %zu recv %zu elements, %s needs %zu and %zu", r,
                 p->buf_count[PB_SEND], p->buf_count[PB_RECV], s->kind->name, want_send, want_recv);
@@ -563,7 +572,8 @@ static int note_write(struct sim* s, int r, const struct plan_op* op, const stru
   if (s->nsyncs == 0) return 0;
   for (size_t i = 0; i < op->count; i++) {
     if (s->rphase[base + i] == ph)
-      return fail(s, "rank %d step %u: %s writes %s[%zu] between the syncs in which a peer reads it",
+      return fail(s,
+                  "rank %d step %u: %s writes %s[%zu] between the syncs in which a peer reads it",
                   r, s->rk[r].cur, plan_op_name(op->kind), AT(op->dst, i));
     s->wphase[base + i] = ph;
   }
@@ -578,8 +588,9 @@ static int peer_read(struct sim* s, int r, const struct plan_op* op) {
   size_t base = (size_t)(src - s->mem);
   for (size_t i = 0; i < op->count; i++) {
     if (s->wphase[base + i] == ph)
-      return fail(s, "rank %d step %u: %s reads rank %d's %s[%zu] between the syncs in which it is written",
-                  r, s->rk[r].cur, plan_op_name(op->kind), op->peer, AT(op->src, i));
+      return fail(
+          s, "rank %d step %u: %s reads rank %d's %s[%zu] between the syncs in which it is written",
+          r, s->rk[r].cur, plan_op_name(op->kind), op->peer, AT(op->src, i));
     s->rphase[base + i] = ph;
   }
   if (note_write(s, r, op, dst)) return -1;
@@ -758,7 +769,7 @@ static const char* describe(struct sym v, char* buf, size_t len) {
 }
 
 static int check_final(struct sim* s) {
-  int reduces = (s->kind->flags & K_REDUCES) != 0;
+  int reduces = (s->kind->flags & COLLF_REDUCES) != 0;
   for (int r = 0; r < s->nranks; r++) {
     if (!expect(s, r, s->want)) continue;
     const struct sym* have = s->rk[r].view[PB_RECV];
@@ -767,8 +778,8 @@ static int check_final(struct sim* s) {
       if (got.idx == want.idx && got.mask == want.mask && got.flags == want.flags) continue;
       if (!reduces) {
         char a[64], b[64];
-        return fail(s, "rank %d: recv[%zu] ends with %s, not %s", r, i,
-                    describe(got, a, sizeof(a)), describe(want, b, sizeof(b)));
+        return fail(s, "rank %d: recv[%zu] ends with %s, not %s", r, i, describe(got, a, sizeof(a)),
+                    describe(want, b, sizeof(b)));
       }
       uint8_t diff = got.flags ^ want.flags, bit = diff & SYM_SCALED ? SYM_SCALED : SYM_DIVIDED;
       if (got.idx < 0) return fail(s, "rank %d: recv[%zu] ends as garbage", r, i);

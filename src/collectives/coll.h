@@ -8,21 +8,17 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../core/comm.h"
+#include "collectives/plan.h"
+#include "core/colls.h"
+#include "core/comm.h"
 #include "loom.h"
-#include "../topo/tune.h"
-#include "plan.h"
+#include "topo/tune.h"
 
+/* The collectives of core/colls.def, in its order, then point-to-point. */
 enum coll_kind {
-  COLL_ALLREDUCE = 0,
-  COLL_BROADCAST,
-  COLL_REDUCE,
-  COLL_ALLGATHER,
-  COLL_REDUCESCATTER,
-  COLL_ALLTOALL,
-  COLL_ALLTOALLV,
-  COLL_GATHER,
-  COLL_SCATTER,
+#define COLL(id, token, text, flags) COLL_##id,
+#include "core/colls.def"
+#undef COLL
   COLL_SEND,
   COLL_RECV,
   COLL_KIND_COUNT
@@ -37,11 +33,11 @@ struct coll_task {
   void* recvbuff;
   size_t count;
   loomDataType_t dtype;
-  loomRedOp_t op;       /* as the user gave it */
-  int root;             /* root, or peer for send/recv */
+  loomRedOp_t op;          /* as the user gave it */
+  int root;                /* root, or peer for send/recv */
   unsigned char scalar[8]; /* PreMulSum's scalar, when read at call time */
   const void* scalar_ptr;  /* PreMulSum's scalar, when read at run time */
-  size_t* v; /* all-to-all-v: sendcounts, sdispls, recvcounts, rdispls (4n, owned) */
+  size_t* v;               /* all-to-all-v: sendcounts, sdispls, recvcounts, rdispls (4n, owned) */
 };
 
 #define COLL_MAX_PREMUL 256
@@ -71,8 +67,8 @@ struct coll_comm {
   struct premul_op ops[COLL_MAX_PREMUL];
   pthread_mutex_t reg_lock;
   struct reg_handle* regs; /* live registrations (reg.c) */
-  _Atomic int queued; /* work queued on streams and not yet finished */
-  void* scratch;      /* plans' PB_SCRATCH, grown as needed; under exec_lock */
+  _Atomic int queued;      /* work queued on streams and not yet finished */
+  void* scratch;           /* plans' PB_SCRATCH, grown as needed; under exec_lock */
   size_t scratch_bytes;
   /* The tuner's constants, rank 0's for every rank: ranks that calibrated
    * apart would otherwise disagree on plans. */
@@ -110,7 +106,9 @@ void reg_comm_fini(struct loom_comm* comm);
  * and the PreMulSum scalar if any. */
 loomResult_t redop_resolve(struct loom_comm* comm, loomRedOp_t op, loomDataType_t dtype,
                            struct coll_task* t);
-static inline int redop_is_premul(loomRedOp_t op) { return (int)op >= (int)loomNumOps; }
+static inline int redop_is_premul(loomRedOp_t op) {
+  return (int)op >= (int)loomNumOps;
+}
 
 /* group.c: runs t now (no group open, NULL stream), queues it on its stream,
  * or adds it to the thread's open group. Takes ownership of t->v, also on

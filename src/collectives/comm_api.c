@@ -9,12 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/bootstrap.h"
-#include "../core/checks.h"
-#include "../core/handle.h"
-#include "../core/params.h"
-#include "../transport/transport.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "core/bootstrap.h"
+#include "core/checks.h"
+#include "core/handle.h"
+#include "core/params.h"
+#include "transport/transport.h"
 
 /* Which host each rank is on (numbered in order of first appearance), and
  * the shape the tuner needs: the same on every rank, from the peer table. */

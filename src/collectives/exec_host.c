@@ -15,14 +15,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/bootstrap.h"
-#include "../core/checks.h"
-#include "../core/fault.h"
-#include "../core/params.h"
-#include "../kernels/cpu/cpu_kernels.h"
-#include "../topo/tune.h"
-#include "../transport/transport.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "core/bootstrap.h"
+#include "core/checks.h"
+#include "core/fault.h"
+#include "core/params.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "topo/tune.h"
+#include "transport/transport.h"
 
 struct exec {
   struct loom_comm* comm;
@@ -63,9 +63,11 @@ struct comm_run {
 };
 
 static const char* coll_what(enum coll_kind k) {
-  static const char* names[] = {"all-reduce",     "broadcast",    "reduce",       "all-gather",
-                                "reduce-scatter", "all-to-all",   "all-to-all-v", "gather",
-                                "scatter",        "send/receive", "send/receive"};
+  static const char* names[COLL_KIND_COUNT] = {
+#define COLL(id, token, text, flags) text,
+#include "core/colls.def"
+#undef COLL
+      "send/receive", "send/receive"};
   return (unsigned)k < COLL_KIND_COUNT ? names[k] : "operation";
 }
 

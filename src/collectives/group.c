@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/checks.h"
-#include "../core/stream.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "core/checks.h"
+#include "core/stream.h"
 
 static __thread int group_depth;
 static __thread struct coll_task* group_tasks;

@@ -39,9 +39,9 @@ struct hier {
   const struct coll_args* a;
   struct plan* p;
   int L, H;
-  int li, hi;     /* this rank's index inside its host, and its host */
-  int* local;     /* L ranks: this host's, in rank order */
-  int* cross;     /* H ranks: local index li of every host */
+  int li, hi; /* this rank's index inside its host, and its host */
+  int* local; /* L ranks: this host's, in rank order */
+  int* cross; /* H ranks: local index li of every host */
   enum plan_buf in;
 };
 
@@ -107,10 +107,18 @@ static loomResult_t cross_allreduce(struct hier* g) {
   plan_init(&q, g->hi, g->H, "cross");
   loomResult_t r;
   switch (g->a->cross_algo) {
-    case TUNE_TREE: r = tree_allreduce_build(&sub, &q); break;
-    case TUNE_RHD: r = rhd_allreduce_build(&sub, &q); break;
-    case TUNE_DOUBLING: r = doubling_allreduce_build(&sub, &q); break;
-    default: r = ring_allreduce_build(&sub, &q); break;
+    case TUNE_TREE:
+      r = tree_allreduce_build(&sub, &q);
+      break;
+    case TUNE_RHD:
+      r = rhd_allreduce_build(&sub, &q);
+      break;
+    case TUNE_DOUBLING:
+      r = doubling_allreduce_build(&sub, &q);
+      break;
+    default:
+      r = ring_allreduce_build(&sub, &q);
+      break;
   }
   for (uint32_t s = 0; r == loomSuccess && s < q.nsteps; s++) {
     plan_step_begin(g->p);
@@ -134,8 +142,9 @@ static loomResult_t hier_groups(struct hier* g, int* mem) {
   for (int r = 0; r < n; r++) H = LOOM_MAX(H, a->host_of[r] + 1);
   for (int r = 0; r < n; r++) L += a->host_of[r] == a->host_of[me];
   if (H < 1 || L * H != n)
-    return err_set_sub(NULL, SUB_COLL, loomInvalidArgument,
-                       "hierarchical all-reduce: %d ranks on %d hosts are not the same number per host", n, H);
+    return err_set_sub(
+        NULL, SUB_COLL, loomInvalidArgument,
+        "hierarchical all-reduce: %d ranks on %d hosts are not the same number per host", n, H);
   g->H = H;
   g->L = L;
   g->local = mem;
@@ -165,9 +174,10 @@ static loomResult_t hier_groups(struct hier* g, int* mem) {
 
 loomResult_t hier_allreduce_build(const struct coll_args* a, struct plan* out) {
   if (a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks || a->slice_elems == 0 || !a->host_of)
-    return err_set_sub(NULL, SUB_COLL, loomInvalidArgument,
-                       "hierarchical all-reduce: bad arguments (rank %d of %d, slice of %zu elements%s)",
-                       a->rank, a->nranks, a->slice_elems, a->host_of ? "" : ", no host map");
+    return err_set_sub(
+        NULL, SUB_COLL, loomInvalidArgument,
+        "hierarchical all-reduce: bad arguments (rank %d of %d, slice of %zu elements%s)", a->rank,
+        a->nranks, a->slice_elems, a->host_of ? "" : ", no host map");
   plan_reset(out);
   out->rank = a->rank;
   out->nranks = a->nranks;

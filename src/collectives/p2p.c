@@ -2,9 +2,9 @@
  * point-to-point calls on a communicator go into one step, so they are all
  * posted together and no order of them can deadlock. Per peer, the k-th
  * send still matches the peer's k-th receive. */
-#include "../core/checks.h"
-#include "../kernels/cpu/cpu_kernels.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "core/checks.h"
+#include "core/dtype.h"
 
 loomResult_t p2p_build(const struct coll_task* tasks, int ntasks, struct plan* out) {
   plan_init(out, tasks[0].comm->rank, tasks[0].comm->nranks, "p2p");

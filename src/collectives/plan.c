@@ -96,8 +96,8 @@ loomResult_t plan_finish(struct plan* p) {
 /* ---- Printing ---- */
 
 static const char* const op_names[OP_KIND_COUNT] = {
-    "send", "recv", "recv_reduce", "copy", "reduce", "premul", "div", "peer_copy", "peer_reduce",
-    "sync",
+    "send",   "recv", "recv_reduce", "copy",        "reduce",
+    "premul", "div",  "peer_copy",   "peer_reduce", "sync",
 };
 static const char* const buf_names[PB_COUNT] = {"send", "recv", "scratch"};
 
@@ -149,7 +149,8 @@ static void put_op(char* buf, size_t len, size_t* pos, const struct plan_op* op)
         put(buf, len, pos, " + incoming");
       }
       break;
-    case OP_SYNC: break;
+    case OP_SYNC:
+      break;
     case OP_PEER_COPY:
     case OP_PEER_REDUCE:
       put_ref(buf, len, pos, op->dst, op->count);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/colls.h"
 #include "loom.h"
 
 enum plan_buf { PB_SEND = 0, PB_RECV = 1, PB_SCRATCH = 2, PB_COUNT };
@@ -67,7 +68,7 @@ struct plan_step {
 struct plan {
   int rank;
   int nranks;
-  const char* algo;          /* "ring", "p2p", ... static text */
+  const char* algo;           /* "ring", "p2p", ... static text */
   size_t buf_count[PB_COUNT]; /* elements each buffer holds (bounds) */
   struct plan_step* steps;
   uint32_t nsteps, steps_cap;
@@ -209,15 +210,9 @@ int plan_is_direct(const struct plan* p);
 /* What a collective must leave, per rank and element of its receive buffer:
  * which ranks' contributions (bit r = rank r) of which source element. */
 enum check_kind {
-  CHECK_ALLREDUCE = 0,
-  CHECK_BROADCAST,
-  CHECK_REDUCE,
-  CHECK_ALLGATHER,
-  CHECK_REDUCESCATTER,
-  CHECK_ALLTOALL,
-  CHECK_ALLTOALLV,
-  CHECK_GATHER,
-  CHECK_SCATTER,
+#define COLL(id, token, text, flags) CHECK_##id,
+#include "core/colls.def"
+#undef COLL
   CHECK_KIND_COUNT
 };
 

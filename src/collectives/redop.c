@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../core/checks.h"
-#include "../kernels/cpu/cpu_kernels.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "core/checks.h"
+#include "core/dtype.h"
 
 /* Keeps the largest value below 2^31 (loomRedOp_t is an int enum). */
 #define PREMUL_GENS (((uint32_t)INT32_MAX - (uint32_t)loomNumOps) / COLL_MAX_PREMUL)

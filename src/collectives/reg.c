@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../core/checks.h"
-#include "../core/handle.h"
-#include "../transport/transport.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "core/checks.h"
+#include "core/handle.h"
+#include "transport/transport.h"
 
 struct reg_handle {
   uint64_t handle;

@@ -394,7 +394,8 @@ loomResult_t doubling_allreduce_build(const struct coll_args* a, struct plan* ou
     }
     if (r < 2 * g.rem) { /* takes its even neighbour's input */
       plan_step_begin(out);
-      plan_add(out, OP_RECV_REDUCE, r - 1, plan_ref_make(acc, off), plan_ref_make(acc_next(acc), off), len);
+      plan_add(out, OP_RECV_REDUCE, r - 1, plan_ref_make(acc, off),
+               plan_ref_make(acc_next(acc), off), len);
       acc = acc_next(acc);
     }
     for (int m = 1; m < g.p2; m *= 2) {

@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "boot_internal.h"
-#include "checks.h"
+#include "core/boot_internal.h"
+#include "core/checks.h"
 
 #define MAIL_SLICE_MS 100
 

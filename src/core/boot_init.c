@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "boot_internal.h"
-#include "checks.h"
-#include "fault.h"
+#include "core/boot_internal.h"
+#include "core/checks.h"
+#include "core/fault.h"
 
 /* What rank 0 has gathered so far. */
 struct accept_ctx {

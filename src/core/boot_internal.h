@@ -14,8 +14,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "bootstrap.h"
-#include "sock.h"
+#include "core/bootstrap.h"
+#include "core/sock.h"
 
 /* The longest text a BOOT_REFUSED may carry. */
 #define BOOT_REFUSED_MAX 256

@@ -14,9 +14,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "boot_internal.h"
-#include "checks.h"
-#include "params.h"
+#include "core/boot_internal.h"
+#include "core/checks.h"
+#include "core/params.h"
 
 /* ---- State -------------------------------------------------------------------- */
 

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "boot_internal.h"
-#include "checks.h"
+#include "core/boot_internal.h"
+#include "core/checks.h"
 
 _Static_assert(sizeof(struct boot_id) == LOOM_UNIQUE_ID_BYTES, "boot_id must fill loomUniqueId");
 _Static_assert(sizeof(struct boot_hdr) == 24, "the wire header is 24 bytes");

@@ -13,9 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
+#include "core/comm.h"
+#include "core/util.h"
 #include "loom.h"
-#include "util.h"
 
 /* The layout of loomUniqueId's 128 bytes. */
 struct boot_id {

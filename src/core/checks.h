@@ -4,43 +4,27 @@
 #ifndef LOOM_CORE_CHECKS_H
 #define LOOM_CORE_CHECKS_H
 
-#include <errno.h>
-#include <string.h>
-
-#include "debug.h"
+#include "core/debug.h"
 #include "loom.h"
 
 /* Return on error, adding one INFO line "-> file:line" (a free backtrace). */
-#define LOOM_CHECK(call)                                          \
-  do {                                                            \
-    loomResult_t res_ = (call);                                   \
-    if (res_ != loomSuccess && res_ != loomInProgress) {          \
+#define LOOM_CHECK(call)                                             \
+  do {                                                               \
+    loomResult_t res_ = (call);                                      \
+    if (res_ != loomSuccess && res_ != loomInProgress) {             \
       LOOM_INFO(SUB_ALL, "-> %s:%d (%d)", __FILE__, __LINE__, res_); \
-      return res_;                                                \
-    }                                                             \
+      return res_;                                                   \
+    }                                                                \
   } while (0)
 
 /* Store the error in res and jump to label. */
-#define LOOM_CHECK_GOTO(call, res, label)                         \
-  do {                                                            \
-    (res) = (call);                                               \
-    if ((res) != loomSuccess && (res) != loomInProgress) {        \
+#define LOOM_CHECK_GOTO(call, res, label)                             \
+  do {                                                                \
+    (res) = (call);                                                   \
+    if ((res) != loomSuccess && (res) != loomInProgress) {            \
       LOOM_INFO(SUB_ALL, "-> %s:%d (%d)", __FILE__, __LINE__, (res)); \
-      goto label;                                                 \
-    }                                                             \
-  } while (0)
-
-/* A system call returning -1 on error: retries EINTR, logs errno, returns
- * loomSystemError. */
-#define LOOM_SYS_CHECK(call, name)                                        \
-  do {                                                                    \
-    int rc_;                                                              \
-    do {                                                                  \
-      rc_ = (int)(call);                                                  \
-    } while (rc_ == -1 && errno == EINTR);                                \
-    if (rc_ == -1) {                                                      \
-      return err_set(NULL, loomSystemError, "%s failed: %s", name, strerror(errno)); \
-    }                                                                     \
+      goto label;                                                     \
+    }                                                                 \
   } while (0)
 
 struct loom_comm;
@@ -49,8 +33,8 @@ struct loom_comm;
 loomResult_t err_set(struct loom_comm* comm, loomResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* As err_set but logs under the given subsystem. */
-loomResult_t err_set_sub(struct loom_comm* comm, unsigned subsys, loomResult_t code, const char* fmt,
-                         ...) __attribute__((format(printf, 4, 5)));
+loomResult_t err_set_sub(struct loom_comm* comm, unsigned subsys, loomResult_t code,
+                         const char* fmt, ...) __attribute__((format(printf, 4, 5)));
 /* The calling thread's last-error text. */
 const char* err_thread_last(void);
 /* Copies comm's last-error text into the calling thread's (to report a

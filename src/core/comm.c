@@ -1,15 +1,15 @@
 /* comm.c - allocation, handle checks and the error state of a communicator. */
-#include "comm.h"
+#include "core/comm.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
-#include "handle.h"
-#include "params.h"
-#include "report.h"
+#include "core/checks.h"
+#include "core/handle.h"
+#include "core/params.h"
+#include "core/report.h"
 
 loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loom_comm** out) {
   struct loom_comm* c = calloc(1, sizeof(*c));

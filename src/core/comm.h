@@ -9,9 +9,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/params.h"
+#include "core/util.h"
 #include "loom.h"
-#include "params.h"
-#include "util.h"
 
 #define LOOM_ERR_LEN 512
 

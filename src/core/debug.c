@@ -1,5 +1,5 @@
 /* debug.c - log lines: "host:pid:tid LOOM WARN file:line message". */
-#include "debug.h"
+#include "core/debug.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "params.h"
+#include "core/params.h"
 
 int log_level_now = -1;
 unsigned log_mask_now = SUB_ALL;

@@ -20,7 +20,7 @@ enum log_subsys {
   SUB_ALL = 0x1ff
 };
 
-extern int log_level_now;  /* -1 until parsed */
+extern int log_level_now; /* -1 until parsed */
 extern unsigned log_mask_now;
 
 void log_init(void);
@@ -38,18 +38,21 @@ static inline int log_on(int level, unsigned subsys) {
 }
 #define LOOM_LOG_ON(level, subsys) log_on(level, subsys)
 
-#define LOOM_WARN(subsys, ...)                                                           \
-  do {                                                                                   \
-    if (LOOM_LOG_ON(LOG_WARN, subsys)) log_emit(LOG_WARN, subsys, __FILE__, __LINE__, __VA_ARGS__); \
+#define LOOM_WARN(subsys, ...)                                     \
+  do {                                                             \
+    if (LOOM_LOG_ON(LOG_WARN, subsys))                             \
+      log_emit(LOG_WARN, subsys, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-#define LOOM_INFO(subsys, ...)                                                           \
-  do {                                                                                   \
-    if (LOOM_LOG_ON(LOG_INFO, subsys)) log_emit(LOG_INFO, subsys, __FILE__, __LINE__, __VA_ARGS__); \
+#define LOOM_INFO(subsys, ...)                                     \
+  do {                                                             \
+    if (LOOM_LOG_ON(LOG_INFO, subsys))                             \
+      log_emit(LOG_INFO, subsys, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #ifdef LOOM_ENABLE_TRACE
-#define LOOM_TRACE(subsys, ...)                                                          \
-  do {                                                                                   \
-    if (LOOM_LOG_ON(LOG_TRACE, subsys)) log_emit(LOG_TRACE, subsys, __FILE__, __LINE__, __VA_ARGS__); \
+#define LOOM_TRACE(subsys, ...)                                     \
+  do {                                                              \
+    if (LOOM_LOG_ON(LOG_TRACE, subsys))                             \
+      log_emit(LOG_TRACE, subsys, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #else
 #define LOOM_TRACE(subsys, ...) \

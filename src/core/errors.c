@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checks.h"
-#include "comm.h"
+#include "core/checks.h"
+#include "core/comm.h"
 
 static __thread char thread_last[LOOM_ERR_LEN];
 
@@ -34,8 +34,8 @@ loomResult_t err_set(struct loom_comm* comm, loomResult_t code, const char* fmt,
   return r;
 }
 
-loomResult_t err_set_sub(struct loom_comm* comm, unsigned subsys, loomResult_t code, const char* fmt,
-                         ...) {
+loomResult_t err_set_sub(struct loom_comm* comm, unsigned subsys, loomResult_t code,
+                         const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   loomResult_t r = err_vset(comm, subsys, code, fmt, ap);
@@ -43,6 +43,10 @@ loomResult_t err_set_sub(struct loom_comm* comm, unsigned subsys, loomResult_t c
   return r;
 }
 
-const char* err_thread_last(void) { return thread_last; }
+const char* err_thread_last(void) {
+  return thread_last;
+}
 
-void err_copy_to_thread(const char* text) { snprintf(thread_last, sizeof(thread_last), "%s", text); }
+void err_copy_to_thread(const char* text) {
+  snprintf(thread_last, sizeof(thread_last), "%s", text);
+}

@@ -1,12 +1,12 @@
 /* fault.c - LOOM_FAULT parsing and the kill itself. */
-#include "fault.h"
+#include "core/fault.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "debug.h"
-#include "params.h"
+#include "core/debug.h"
+#include "core/params.h"
 
 /* Matches one "point:rank" entry of length n. */
 static int entry_match(const char* entry, size_t n, const char* point, int rank) {

@@ -4,13 +4,13 @@
  * chunks of slots, allocated on demand and never freed, so a lookup never
  * races with growth; a slot holds the handle it serves while that handle is
  * live, and 0 otherwise. Looking a handle up is one compare of that word. */
-#include "handle.h"
+#include "core/handle.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "checks.h"
+#include "core/checks.h"
 
 #define KIND_BITS 4
 #define SLOT_BITS 20

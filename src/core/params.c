@@ -3,7 +3,7 @@
  * or it is bad. Bad values keep the default and are remembered with the
  * reason, for params_check (init) and loom_info --env. Nothing here logs
  * while parsing: the logger reads its own settings through params_get. */
-#include "params.h"
+#include "core/params.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -14,9 +14,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "checks.h"
-#include "debug.h"
-#include "util.h"
+#include "core/checks.h"
+#include "core/debug.h"
+#include "core/util.h"
 
 #define BAD_LEN 200
 
@@ -27,7 +27,7 @@ static pthread_once_t params_once = PTHREAD_ONCE_INIT;
 #define PARAM(field, env, type, def, lo, hi, flags, help) \
   {env, PARAM_##type, STR_(def), lo, hi, flags, help},
 static const struct param_desc params_rows[] = {
-#include "params.def"
+#include "core/params.def"
 };
 #undef PARAM
 #define NPARAMS ((int)(sizeof(params_rows) / sizeof(params_rows[0])))
@@ -361,7 +361,7 @@ static void* field_addr(int i) {
   int k = 0;
 #define PARAM(field, env, type, def, lo, hi, flags, help) \
   if (k++ == i) return &params_now.field;
-#include "params.def"
+#include "core/params.def"
 #undef PARAM
   return NULL;
 }

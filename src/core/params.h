@@ -25,7 +25,7 @@ struct loom_params {
 #define PARAM_FIELD_INT long long
 #define PARAM_FIELD_SIZE size_t
 #define PARAM_FIELD_BOOL int
-#include "params.def"
+#include "core/params.def"
 #undef PARAM
 };
 

@@ -1,5 +1,5 @@
 /* report.c - the library's end of loomrun's cause channel (report.h). */
-#include "report.h"
+#include "core/report.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "debug.h"
-#include "params.h"
+#include "core/debug.h"
+#include "core/params.h"
 
 static pthread_once_t g_channel_once = PTHREAD_ONCE_INIT;
 static int g_channel_fd = -1; /* written once, under g_channel_once */

@@ -1,6 +1,6 @@
 /* sock.c - TCP helpers: addresses, interfaces, listen, connect with retry,
  * and deadline-bound transfers on non-blocking sockets. */
-#include "sock.h"
+#include "core/sock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,9 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checks.h"
-#include "comm.h"
-#include "params.h"
+#include "core/checks.h"
+#include "core/comm.h"
+#include "core/params.h"
 
 /* Waits are cut into slices so that an abort flag is seen within this long. */
 #define SOCK_SLICE_MS 100

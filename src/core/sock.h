@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
+#include "core/util.h"
 #include "loom.h"
-#include "util.h"
 
 struct loom_comm;
 

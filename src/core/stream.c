@@ -1,6 +1,6 @@
 /* stream.c - host streams: calls on a stream return at once and their work
  * runs in order on the stream's worker thread. */
-#include "stream.h"
+#include "core/stream.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checks.h"
-#include "comm.h"
-#include "handle.h"
+#include "core/checks.h"
+#include "core/comm.h"
+#include "core/handle.h"
 
 struct work_item {
   struct stream_work w;

@@ -1,6 +1,7 @@
 /* util.c - clocks, deadlines, doorbells, randomness, host identity. */
-#include "util.h"
+#include "core/util.h"
 
+#include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -12,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checks.h"
+#include "core/checks.h"
 
 uint64_t time_now_ns(void) {
   struct timespec ts;
@@ -26,7 +27,9 @@ struct deadline deadline_in_ms(long long ms) {
   return d;
 }
 
-int deadline_passed(const struct deadline* d) { return d->at_ns && time_now_ns() >= d->at_ns; }
+int deadline_passed(const struct deadline* d) {
+  return d->at_ns && time_now_ns() >= d->at_ns;
+}
 
 long long deadline_left_ms(const struct deadline* d) {
   if (!d->at_ns) return 1LL << 40;
@@ -107,7 +110,9 @@ static void token_reset_child(void) {
   token_make();
 }
 static pthread_once_t token_atfork_once = PTHREAD_ONCE_INIT;
-static void token_atfork(void) { pthread_atfork(NULL, NULL, token_reset_child); }
+static void token_atfork(void) {
+  pthread_atfork(NULL, NULL, token_reset_child);
+}
 
 uint64_t process_token_get(void) {
   pthread_once(&token_atfork_once, token_atfork);

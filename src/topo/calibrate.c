@@ -10,11 +10,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../core/debug.h"
-#include "../core/params.h"
-#include "../core/util.h"
-#include "../kernels/cpu/cpu_kernels.h"
-#include "tune.h"
+#include "core/debug.h"
+#include "core/params.h"
+#include "core/util.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "topo/tune.h"
 
 #define CAL_BYTES (16u << 20)
 #define CMA_PIECE (4u << 20) /* as peer.c's cma_read */
@@ -161,7 +161,8 @@ static int consts_load(const char* path, struct tune_consts* k, int need_cma) {
   }
   fclose(f);
   if (!(seen & 16)) k->cma_gbps = need_cma ? -1 : 2 * k->copy_gbps;
-  int ok = (seen | 16) == 31 && k->cma_gbps >= 0 && k->step_us > 0 && k->copy_gbps > 0 && k->reduce_gbps > 0 && k->ncpus > 0;
+  int ok = (seen | 16) == 31 && k->cma_gbps >= 0 && k->step_us > 0 && k->copy_gbps > 0 &&
+           k->reduce_gbps > 0 && k->ncpus > 0;
   return ok ? 0 : -1;
 }
 
@@ -187,7 +188,8 @@ static void consts_save(const struct tune_consts* k) {
   snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
   FILE* f = fopen(tmp, "w");
   if (!f) return;
-  fprintf(f, "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n",
+  fprintf(f,
+          "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n",
           k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us);
   fclose(f);
   rename(tmp, path); /* atomic: concurrent ranks never read half a file */

@@ -1,5 +1,5 @@
 /* tune.c - the cost model and the choice it makes. */
-#include "tune.h"
+#include "topo/tune.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -7,16 +7,18 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../core/debug.h"
-#include "../core/params.h"
-#include "../core/util.h"
+#include "core/debug.h"
+#include "core/params.h"
+#include "core/util.h"
 
 static const char* const algo_names[TUNE_ALGO_COUNT] = {"ring",  "tree",   "rhd",     "pairwise",
                                                         "bruck", "direct", "oneshot", "twoshot",
                                                         "read",  "hier",   "doubling"};
-static const char* const coll_names[TUNE_COLL_COUNT] = {"allreduce", "broadcast",     "reduce",
-                                                        "allgather", "reducescatter", "alltoall",
-                                                        "alltoallv", "gather",        "scatter"};
+static const char* const coll_names[TUNE_COLL_COUNT] = {
+#define COLL(id, token, text, flags) token,
+#include "core/colls.def"
+#undef COLL
+};
 
 const char* tune_algo_name(enum tune_algo a) {
   return (unsigned)a < TUNE_ALGO_COUNT ? algo_names[a] : "unknown";

@@ -13,17 +13,12 @@
 
 #include "loom.h"
 
-/* Same order as the collectives layer's enum coll_kind. */
+/* The collectives of core/colls.def, in its order (the collectives
+ * layer's enum coll_kind keeps the same). */
 enum tune_coll {
-  TUNE_ALLREDUCE = 0,
-  TUNE_BROADCAST,
-  TUNE_REDUCE,
-  TUNE_ALLGATHER,
-  TUNE_REDUCESCATTER,
-  TUNE_ALLTOALL,
-  TUNE_ALLTOALLV,
-  TUNE_GATHER,
-  TUNE_SCATTER,
+#define COLL(id, token, text, flags) TUNE_##id,
+#include "core/colls.def"
+#undef COLL
   TUNE_COLL_COUNT
 };
 
@@ -34,10 +29,10 @@ enum tune_algo {
   TUNE_PAIRWISE,
   TUNE_BRUCK,
   TUNE_DIRECT,
-  TUNE_ONESHOT, /* direct reads of peers' buffers: all-reduce, every rank reduces all */
-  TUNE_TWOSHOT, /* direct reads: all-reduce as reduce-scatter then all-gather */
-  TUNE_READ,    /* direct reads: all-gather, reduce-scatter, broadcast, all-to-all */
-  TUNE_HIER,    /* all-reduce in two levels: inside each host, then across hosts */
+  TUNE_ONESHOT,  /* direct reads of peers' buffers: all-reduce, every rank reduces all */
+  TUNE_TWOSHOT,  /* direct reads: all-reduce as reduce-scatter then all-gather */
+  TUNE_READ,     /* direct reads: all-gather, reduce-scatter, broadcast, all-to-all */
+  TUNE_HIER,     /* all-reduce in two levels: inside each host, then across hosts */
   TUNE_DOUBLING, /* all-reduce by recursive doubling: log2 n whole-buffer exchanges */
   TUNE_ALGO_COUNT
 };
@@ -94,8 +89,8 @@ double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tu
  * cheapest predicted by the constants k. Every rank of a communicator must
  * pass the same k (the communicator agrees on rank 0's at init), or ranks
  * could pick different plans. Thread safe. */
-enum tune_algo tune_pick(const struct tune_consts* k, enum tune_coll coll, int nranks,
-                         size_t bytes, size_t slice_bytes, unsigned avail);
+enum tune_algo tune_pick(const struct tune_consts* k, enum tune_coll coll, int nranks, size_t bytes,
+                         size_t slice_bytes, unsigned avail);
 /* As tune_pick with explicit constants and no LOOM_ALGO: the model's own
  * choice (unit tests, loom_info --tuning). */
 enum tune_algo tune_pick_model(const struct tune_consts* k, enum tune_coll coll, int nranks,

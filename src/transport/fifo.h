@@ -24,10 +24,10 @@
 enum fifo_slot_state { SLOT_FREE = 0, SLOT_POSTED, SLOT_CLAIMED, SLOT_CANCELLED };
 
 struct fifo_slot {
-  uint64_t msg_bytes; /* the whole message this piece belongs to */
-  uint64_t bytes;     /* this piece */
-  uint64_t offset;    /* where this piece starts in the message */
-  uint64_t ptr;       /* local: the sender's address of the piece */
+  uint64_t msg_bytes;     /* the whole message this piece belongs to */
+  uint64_t bytes;         /* this piece */
+  uint64_t offset;        /* where this piece starts in the message */
+  uint64_t ptr;           /* local: the sender's address of the piece */
   _Atomic uint32_t state; /* local: enum fifo_slot_state */
   uint32_t pad;
 };
@@ -44,11 +44,13 @@ struct fifo_ctrl {
   _Atomic uint64_t head __attribute__((aligned(64)));
   _Atomic uint64_t tail __attribute__((aligned(64)));
   _Atomic uint32_t closed __attribute__((aligned(64))); /* a side aborted */
-  _Atomic uint32_t refs; /* local: sides still holding it */
-  _Atomic uint32_t attached; /* shm: the receiver has mapped it */
+  _Atomic uint32_t refs;                                /* local: sides still holding it */
+  _Atomic uint32_t attached;                            /* shm: the receiver has mapped it */
   struct fifo_slot slots[FIFO_MAX_SLOTS];
 };
 
-static inline size_t fifo_ctrl_bytes(void) { return (sizeof(struct fifo_ctrl) + 4095) & ~(size_t)4095; }
+static inline size_t fifo_ctrl_bytes(void) {
+  return (sizeof(struct fifo_ctrl) + 4095) & ~(size_t)4095;
+}
 
 #endif

@@ -13,8 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../core/checks.h"
-#include "peer.h"
+#include "core/checks.h"
+#include "transport/peer.h"
 
 struct mem_entry {
   struct mem_region rg;
@@ -37,13 +37,15 @@ loomResult_t tp_mem_alloc(size_t size, void** ptr_out) {
                        strerror(errno));
   }
   void* p = MAP_FAILED;
-  if (ftruncate(fd, (off_t)len) == 0) p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (ftruncate(fd, (off_t)len) == 0)
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int err = errno;
     close(fd);
     free(e);
     return err_set_sub(NULL, SUB_ALLOC, loomSystemError,
-                       "loomMemAlloc: cannot map %zu bytes of shared memory: %s", len, strerror(err));
+                       "loomMemAlloc: cannot map %zu bytes of shared memory: %s", len,
+                       strerror(err));
   }
   pthread_mutex_lock(&mem_lock);
   e->rg = (struct mem_region){mem_next_id++, fd, 0, (uint64_t)(uintptr_t)p, len};
@@ -65,7 +67,8 @@ loomResult_t tp_mem_free(void* ptr) {
   if (!e)
     return err_set_sub(NULL, SUB_ALLOC, loomInvalidArgument,
                        "invalid argument: loomMemFree(%p): not an allocation of loomMemAlloc, or "
-                       "already freed", ptr);
+                       "already freed",
+                       ptr);
   munmap(ptr, e->rg.size);
   close(e->rg.fd);
   free(e);

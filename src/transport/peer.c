@@ -9,7 +9,7 @@
  * all-gather, whether direct plans may run: all or none, so every rank
  * builds the same plans. A reduction from a peer read by cross-memory attach
  * goes through a small bounce buffer that stays in cache. */
-#include "peer.h"
+#include "transport/peer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,10 +20,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../core/bootstrap.h"
-#include "../core/checks.h"
-#include "../core/params.h"
-#include "../kernels/cpu/cpu_kernels.h"
+#include "core/bootstrap.h"
+#include "core/checks.h"
+#include "core/params.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 #define BOUNCE_BYTES (256u << 10)
 #define CMA_PIECE (4u << 20)

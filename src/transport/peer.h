@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 #define PEER_NBUFS 3 /* a plan's send, receive and scratch buffers */
 

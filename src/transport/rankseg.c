@@ -1,5 +1,5 @@
 /* rankseg.c - rank segments: made, shared and released (see rankseg.h). */
-#include "rankseg.h"
+#include "transport/rankseg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,9 +9,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../core/bootstrap.h"
-#include "../core/checks.h"
-#include "../core/params.h"
+#include "core/bootstrap.h"
+#include "core/checks.h"
+#include "core/params.h"
 
 static int same_host(const struct loom_comm* comm, int peer) {
   return comm->peers[peer].host_id == comm->peers[comm->rank].host_id;

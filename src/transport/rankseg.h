@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "peer.h"
-#include "shmfile.h"
-#include "transport.h"
+#include "transport/peer.h"
+#include "transport/shmfile.h"
+#include "transport/transport.h"
 
 #define RANK_SEG_MAGIC 0x4c4d52414e4b3032ULL /* "LMRANK02" */
 

@@ -1,5 +1,5 @@
 /* shmfile.c - unnamed shared-memory objects (see shmfile.h). */
-#include "shmfile.h"
+#include "transport/shmfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/checks.h"
+#include "core/checks.h"
 
 #define SHM_DIR "/dev/shm"
 

@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 struct shm_file {
   int fd;    /* -1 once closed */

@@ -1,6 +1,6 @@
 /* transport.c - per-communicator transport state: the rank segments that hold
  * each rank's doorbell, the connection tables, and transport selection. */
-#include "transport.h"
+#include "transport/transport.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,11 +10,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../core/bootstrap.h"
-#include "../core/checks.h"
-#include "../core/params.h"
-#include "peer.h"
-#include "rankseg.h"
+#include "core/bootstrap.h"
+#include "core/checks.h"
+#include "core/params.h"
+#include "transport/peer.h"
+#include "transport/rankseg.h"
 
 #define TP_MAX_TRANSPORTS 8
 

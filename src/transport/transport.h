@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/comm.h"
-#include "../core/util.h"
+#include "core/comm.h"
+#include "core/util.h"
 #include "loom.h"
 
 struct conn;
@@ -24,17 +24,17 @@ struct conn;
  * closed. */
 struct xfer {
   /* Set by the caller before posting. */
-  void* dst;        /* receive: where the data lands */
-  const void* src;  /* send: the data. receive with reduce: the local operand */
-  size_t bytes;     /* the message size; both ends must agree */
-  int reduce;       /* receive only: 1 means dst = src op incoming */
+  void* dst;       /* receive: where the data lands */
+  const void* src; /* send: the data. receive with reduce: the local operand */
+  size_t bytes;    /* the message size; both ends must agree */
+  int reduce;      /* receive only: 1 means dst = src op incoming */
   loomDataType_t dtype;
-  loomRedOp_t op;   /* built-in op for the reduce (loomAvg reduces as sum) */
+  loomRedOp_t op; /* built-in op for the reduce (loomAvg reduces as sum) */
   /* Transport state. */
   struct conn* conn;
-  size_t done;     /* bytes completed so far */
-  int state;       /* transport private */
-  uint32_t slot;   /* transport private */
+  size_t done;       /* bytes completed so far */
+  int state;         /* transport private */
+  uint32_t slot;     /* transport private */
   struct xfer* next; /* the connection's queue */
 };
 

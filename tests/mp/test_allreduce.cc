@@ -25,7 +25,8 @@ void check_one(const Ctx& c, loomDataType_t t, loomRedOp_t op_user, loomRedOp_t 
   std::vector<unsigned char> send(count * es + 1), recv(count * es + 1, 0xA5);
   // Inputs repeat with the pattern's period: encode each value once.
   std::vector<unsigned char> in((size_t)pat.period * es);
-  for (int k = 0; k < pat.period; k++) values::store(t, in.data(), (size_t)k, values::input(pat, c.rank, (size_t)k));
+  for (int k = 0; k < pat.period; k++)
+    values::store(t, in.data(), (size_t)k, values::input(pat, c.rank, (size_t)k));
   for (size_t i = 0; i < count; i++)
     memcpy(send.data() + i * es, in.data() + (i % (size_t)pat.period) * es, es);
   std::vector<unsigned char> orig = send;
@@ -70,8 +71,7 @@ void matrix_body(const Ctx& c, loomDataType_t t) {
   }
 }
 
-class AllReduceMatrix
-    : public ::testing::TestWithParam<std::tuple<int, Mode, loomDataType_t>> {};
+class AllReduceMatrix : public ::testing::TestWithParam<std::tuple<int, Mode, loomDataType_t>> {};
 
 TEST_P(AllReduceMatrix, EveryOpCountAndPlacement) {
   auto [n, mode, t] = GetParam();

@@ -513,8 +513,8 @@ std::vector<Case> overflow_cases() {
   std::vector<Case> v = {
       {"AllReduceCountTimesSizeOverflows", loomInvalidArgument, kTooBig, true,
        [](const Ctx& c, Bufs& b) {
-         return loomAllReduce(b.send.data(), b.recv.data(), SIZE_MAX / 2, loomInt32, loomSum, c.comm,
-                              nullptr);
+         return loomAllReduce(b.send.data(), b.recv.data(), SIZE_MAX / 2, loomInt32, loomSum,
+                              c.comm, nullptr);
        }},
       {"AllReduceBufferWrapsAddressSpace",
        loomInvalidArgument,
@@ -554,8 +554,8 @@ std::vector<Case> overflow_cases() {
        }},
       {"GatherCountTimesRanksWrapsOnNonRoot", loomInvalidArgument, kTooBig, true,
        [](const Ctx& c, Bufs& b) {
-         return loomGather(b.send.data(), b.recv.data(), wrapping_count(c), loomInt8,
-                           other_rank(c), c.comm, nullptr);
+         return loomGather(b.send.data(), b.recv.data(), wrapping_count(c), loomInt8, other_rank(c),
+                           c.comm, nullptr);
        }},
       {"ScatterCountTimesRanksWrapsOnNonRoot", loomInvalidArgument, kTooBig, true,
        [](const Ctx& c, Bufs& b) {
@@ -1238,25 +1238,30 @@ TEST_P(OverflowEverywhere, EveryRankRejectsAndTheCommunicatorWorks) {
   harness::Opts o;
   o.comm_timeout_ms = kCommTimeoutMs;
   o.timeout_s = 120;
-  harness::run(GetParam().nranks, GetParam().mode, [](Ctx& c) {
-    Bufs b = make_bufs(c.rank);
-    const size_t wrap3 = (size_t)((((unsigned __int128)1 << 64) + 2) / 3);
-    for (const Case& cs : overflow_cases()) {
-      SCOPED_TRACE(cs.name);
-      bad_call(c, c.comm, cs.want, cs.words, b, [&] { return cs.call(c, b); });
-    }
-    for (loomDataType_t t : {loomInt8, loomFloat32}) {
-      bad_call(c, c.comm, loomInvalidArgument, kTooBig, b, [&] {
-        return loomAlltoAll(b.send.data(), b.recv.data(), wrap3, t, c.comm, nullptr);
-      });
-    }
-    good_phase(c, b);
-  }, o);
+  harness::run(
+      GetParam().nranks, GetParam().mode,
+      [](Ctx& c) {
+        Bufs b = make_bufs(c.rank);
+        const size_t wrap3 = (size_t)((((unsigned __int128)1 << 64) + 2) / 3);
+        for (const Case& cs : overflow_cases()) {
+          SCOPED_TRACE(cs.name);
+          bad_call(c, c.comm, cs.want, cs.words, b, [&] { return cs.call(c, b); });
+        }
+        for (loomDataType_t t : {loomInt8, loomFloat32}) {
+          bad_call(c, c.comm, loomInvalidArgument, kTooBig, b, [&] {
+            return loomAlltoAll(b.send.data(), b.recv.data(), wrap3, t, c.comm, nullptr);
+          });
+        }
+        good_phase(c, b);
+      },
+      o);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, OverflowEverywhere,
                          ::testing::Values(Setup{Mode::Proc, 3, 0}, Setup{Mode::Thread, 3, 0},
                                            Setup{Mode::Proc, 2, 0}),
-                         [](const ::testing::TestParamInfo<Setup>& i) { return setup_name(i.param); });
+                         [](const ::testing::TestParamInfo<Setup>& i) {
+                           return setup_name(i.param);
+                         });
 
 }  // namespace

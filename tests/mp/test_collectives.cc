@@ -332,7 +332,8 @@ const char* const kGroupAlgosB =
 // The direct plans (peers read each other's buffers between syncs).
 const char* const kGroupAlgosC =
     "allreduce:twoshot;broadcast:read;allgather:read;reducescatter:read;alltoall:read";
-const char* const kGroupAlgosD = "allreduce:oneshot;broadcast:read;allgather:read;reducescatter:read";
+const char* const kGroupAlgosD =
+    "allreduce:oneshot;broadcast:read;allgather:read;reducescatter:read";
 
 void PrintTo(const GroupCase& g, std::ostream* os) {
   *os << harness::mode_name(g.mode) << g.nranks << " " << (g.algo.empty() ? "tuner" : g.algo);
@@ -340,7 +341,7 @@ void PrintTo(const GroupCase& g, std::ostream* os) {
 
 std::string group_name(const ::testing::TestParamInfo<GroupCase>& info) {
   const GroupCase& g = info.param;
-  std::string algo = g.algo.empty()          ? "tuner"
+  std::string algo = g.algo.empty()           ? "tuner"
                      : g.algo == kGroupAlgosA ? "algosA"
                      : g.algo == kGroupAlgosB ? "algosB"
                      : g.algo == kGroupAlgosC ? "algosC"

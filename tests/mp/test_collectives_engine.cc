@@ -167,10 +167,10 @@ struct Block {
 struct Buf {
   std::string name;
   size_t elems = 0;
-  std::shared_ptr<unsigned char> raw;    // guard, data, guard
-  unsigned char* mem = nullptr;          // the data: kGuard + 0, 1 or 2 elements into raw
-  std::vector<Block> pre;                // what the test writes before the call
-  std::vector<Block> post;               // what the call must leave (elsewhere: as pre)
+  std::shared_ptr<unsigned char> raw;  // guard, data, guard
+  unsigned char* mem = nullptr;        // the data: kGuard + 0, 1 or 2 elements into raw
+  std::vector<Block> pre;              // what the test writes before the call
+  std::vector<Block> post;             // what the call must leave (elsewhere: as pre)
 };
 
 // The test's buffers: plain new[] by default; with LOOM_TEST_BUFFERS=memalloc
@@ -182,7 +182,8 @@ std::shared_ptr<unsigned char> buffer_alloc(size_t bytes, loomComm_t comm) {
   if (mode == "memalloc") {
     void* p = nullptr;
     EXPECT_EQ(loomMemAlloc(&p, bytes), loomSuccess) << loomGetLastError(nullptr);
-    return {static_cast<unsigned char*>(p), [](unsigned char* q) { EXPECT_EQ(loomMemFree(q), loomSuccess); }};
+    return {static_cast<unsigned char*>(p),
+            [](unsigned char* q) { EXPECT_EQ(loomMemFree(q), loomSuccess); }};
   }
   unsigned char* p = new unsigned char[bytes];
   if (mode == "registered") {

@@ -67,7 +67,8 @@ Env log_env(const std::string& prefix) {
 std::set<std::pair<int, std::string>> peers_in_log(const std::string& log) {
   std::set<std::pair<int, std::string>> out;
   std::regex over("peer (\\d+) over (\\w+)");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), over); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), over); it != std::sregex_iterator();
+       ++it)
     out.insert({std::stoi((*it)[1].str()), (*it)[2].str()});
   return out;
 }
@@ -128,19 +129,19 @@ TEST_P(HierHosts, ForcedPlanIsCorrectAndCrossesOnlyToCounterparts) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, HierHosts,
-                         ::testing::Values(Layout{"blocks2x2", 2, 2, false},
-                                           Layout{"roundrobin2x2", 2, 2, true},
-                                           Layout{"blocks3x2", 3, 2, false},
-                                           Layout{"blocks2x3", 2, 3, false}),
-                         [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, HierHosts,
+    ::testing::Values(Layout{"blocks2x2", 2, 2, false}, Layout{"roundrobin2x2", 2, 2, true},
+                      Layout{"blocks3x2", 3, 2, false}, Layout{"blocks2x3", 2, 3, false}),
+    [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
 
 // Fixed constants: shared memory 5 GB/s and 2 us a step, the network
 // 1.25 GB/s and 25 us a message.
 std::string tuning_file() {
   std::string path = "/tmp/loomtest-hier-tuning-" + harness::unique_tag() + ".txt";
   std::ofstream f(path);
-  f << "step_us 2\ncopy_gbps 5\nreduce_gbps 10\nncpus 2\ncma_gbps 3\ncma_us 1\nnet_gbps 1.25\nnet_us 25\n";
+  f << "step_us 2\ncopy_gbps 5\nreduce_gbps 10\nncpus 2\ncma_gbps 3\ncma_us 1\nnet_gbps "
+       "1.25\nnet_us 25\n";
   return path;
 }
 
@@ -151,19 +152,22 @@ TEST(HierTuner, TakesTheHierarchicalPlanAcrossHosts) {
   const std::string tf = tuning_file();
   Env env = log_env("/tmp/loomtest-hiertune-" + harness::unique_tag() + "-");
   env.push_back({"LOOM_TUNING_FILE", tf});
-  run_hosts(4, [](int r) { return r / 2; }, env, [&](Ctx& c) {
-    for (size_t count = 2; count <= (1u << 20); count *= 8) {
-      std::vector<float> v(count, float(c.rank + 1));
-      ASSERT_LOOM_OK(loomAllReduce(v.data(), v.data(), count, loomFloat32, loomSum, c.comm, nullptr));
-      for (float x : v) ASSERT_EQ(x, 10.0f);
-    }
-    std::string log = harness::read_file(harness::own_log());
-    unlink(harness::own_log().c_str());
-    std::set<int> peers;
-    for (const auto& p : peers_in_log(log)) peers.insert(p.first);
-    std::set<int> want = {c.rank ^ 1, (c.rank + 2) % 4};
-    EXPECT_EQ(peers, want) << log;
-  });
+  run_hosts(
+      4, [](int r) { return r / 2; }, env,
+      [&](Ctx& c) {
+        for (size_t count = 2; count <= (1u << 20); count *= 8) {
+          std::vector<float> v(count, float(c.rank + 1));
+          ASSERT_LOOM_OK(
+              loomAllReduce(v.data(), v.data(), count, loomFloat32, loomSum, c.comm, nullptr));
+          for (float x : v) ASSERT_EQ(x, 10.0f);
+        }
+        std::string log = harness::read_file(harness::own_log());
+        unlink(harness::own_log().c_str());
+        std::set<int> peers;
+        for (const auto& p : peers_in_log(log)) peers.insert(p.first);
+        std::set<int> want = {c.rank ^ 1, (c.rank + 2) % 4};
+        EXPECT_EQ(peers, want) << log;
+      });
   unlink(tf.c_str());
 }
 
@@ -172,13 +176,16 @@ TEST(HierTuner, TakesTheHierarchicalPlanAcrossHosts) {
 TEST(HierTuner, UnevenHostsFallBackToAFlatPlan) {
   Env env = log_env("/tmp/loomtest-hieruneven-" + harness::unique_tag() + "-");
   env.push_back({"LOOM_ALGO", "allreduce:hier"});
-  run_hosts(3, [](int r) { return r < 2 ? 0 : 1; }, env, [&](Ctx& c) {
-    allreduce_body(c, "hier forced, uneven hosts");
-    std::string log = harness::read_file(harness::own_log());
-    unlink(harness::own_log().c_str());
-    EXPECT_NE(log.find("LOOM_ALGO asks for 'hier', which cannot serve allreduce"), std::string::npos)
-        << log;
-  });
+  run_hosts(
+      3, [](int r) { return r < 2 ? 0 : 1; }, env,
+      [&](Ctx& c) {
+        allreduce_body(c, "hier forced, uneven hosts");
+        std::string log = harness::read_file(harness::own_log());
+        unlink(harness::own_log().c_str());
+        EXPECT_NE(log.find("LOOM_ALGO asks for 'hier', which cannot serve allreduce"),
+                  std::string::npos)
+            << log;
+      });
 }
 
 }  // namespace

@@ -56,7 +56,9 @@ class Buf {
 };
 
 // Small integers, so every float sum is exact.
-float value(int rank, size_t i) { return float((rank * 7 + int(i % 23)) % 31); }
+float value(int rank, size_t i) {
+  return float((rank * 7 + int(i % 23)) % 31);
+}
 
 // All-reduce (sum and avg), all-gather, reduce-scatter and broadcast on
 // buffers of kind m, out of place and in place, checked element by element.
@@ -85,7 +87,8 @@ void run_all(Ctx& c, Mem m, size_t count) {
     // Reduce-scatter: block r of the sum.
     for (size_t i = 0; i < count * n; i++) send.f()[i] = value(r, i);
     float* rs_out = inplace ? send.f() + size_t(r) * count : recv.f();
-    ASSERT_LOOM_OK(loomReduceScatter(send.f(), rs_out, count, loomFloat32, loomSum, c.comm, nullptr));
+    ASSERT_LOOM_OK(
+        loomReduceScatter(send.f(), rs_out, count, loomFloat32, loomSum, c.comm, nullptr));
     for (size_t i = 0; i < count; i++) {
       float want = 0;
       for (int q = 0; q < n; q++) want += value(q, size_t(r) * count + i);
@@ -96,7 +99,8 @@ void run_all(Ctx& c, Mem m, size_t count) {
     for (size_t i = 0; i < count; i++) send.f()[i] = value(root, i) + (r == root ? 0 : 100);
     float* bc_out = inplace ? send.f() : recv.f();
     ASSERT_LOOM_OK(loomBroadcast(send.f(), bc_out, count, loomFloat32, root, c.comm, nullptr));
-    for (size_t i = 0; i < count; i++) ASSERT_EQ(bc_out[i], value(root, i)) << "broadcast " << where;
+    for (size_t i = 0; i < count; i++)
+      ASSERT_EQ(bc_out[i], value(root, i)) << "broadcast " << where;
   }
 }
 
@@ -127,7 +131,10 @@ const char* const kFifo = "allreduce:ring;allgather:ring;reducescatter:ring;broa
 
 std::string mem_case_name(const ::testing::TestParamInfo<MemCase>& info) {
   auto [n, mode, algo] = info.param;
-  std::string a = algo.empty() ? "tuner" : algo == kDirect ? "twoshot" : algo == kOneShot ? "oneshot" : "fifo";
+  std::string a = algo.empty()       ? "tuner"
+                  : algo == kDirect  ? "twoshot"
+                  : algo == kOneShot ? "oneshot"
+                                     : "fifo";
   return std::string(harness::mode_name(mode)) + std::to_string(n) + "_" + a;
 }
 
@@ -169,7 +176,8 @@ TEST(MemoryArgs, RegisterChecksItsArgumentsAndHandles) {
     ASSERT_LOOM_OK(loomCommRegister(c.comm, buf.data(), buf.size(), &h));
     int bogus = 0;
     EXPECT_EQ(loomCommDeregister(c.comm, &bogus), loomInvalidArgument);
-    EXPECT_NE(std::string(loomGetLastError(c.comm)).find("not a live registration"), std::string::npos);
+    EXPECT_NE(std::string(loomGetLastError(c.comm)).find("not a live registration"),
+              std::string::npos);
     ASSERT_LOOM_OK(loomCommDeregister(c.comm, h));
     EXPECT_EQ(loomCommDeregister(c.comm, h), loomInvalidArgument);  // twice
     // The communicator still works after all that.

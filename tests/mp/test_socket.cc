@@ -373,8 +373,9 @@ TEST_P(SocketAddr, ListensWhereItShould) {
   Env env = log_env(prefix);
   for (auto& kv : socket_env(2)) env.push_back(kv);
   for (auto& kv : ac.env)
-    env.push_back({kv.first, kv.second == "PORT6" ? "[::1]:" + std::to_string(harness::free_port(AF_INET6))
-                                                  : kv.second});
+    env.push_back({kv.first, kv.second == "PORT6"
+                                 ? "[::1]:" + std::to_string(harness::free_port(AF_INET6))
+                                 : kv.second});
   harness::Opts o;
   o.init = harness::Init::FromEnv;
   run_ranks(

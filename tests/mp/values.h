@@ -40,10 +40,14 @@ struct Format {
 };
 inline Format format_of(loomDataType_t t) {
   switch (t) {
-    case loomFloat16: return {5, 10, 2, false};
-    case loomBfloat16: return {8, 7, 2, false};
-    case loomFloat8e4m3: return {4, 3, 1, true};
-    default: return {5, 2, 1, false};  // e5m2
+    case loomFloat16:
+      return {5, 10, 2, false};
+    case loomBfloat16:
+      return {8, 7, 2, false};
+    case loomFloat8e4m3:
+      return {4, 3, 1, true};
+    default:
+      return {5, 2, 1, false};  // e5m2
   }
 }
 
@@ -69,17 +73,37 @@ inline uint32_t encode_narrow(double x, loomDataType_t t) {
 // Stores the (exactly representable, or to be rounded) value x as type t.
 inline void store(loomDataType_t t, void* buf, size_t i, double x) {
   switch (t) {
-    case loomInt8: ((int8_t*)buf)[i] = (int8_t)(int64_t)x; break;
-    case loomUint8: ((uint8_t*)buf)[i] = (uint8_t)(uint64_t)(int64_t)x; break;
-    case loomInt32: ((int32_t*)buf)[i] = (int32_t)(int64_t)x; break;
-    case loomUint32: ((uint32_t*)buf)[i] = (uint32_t)(uint64_t)(int64_t)x; break;
-    case loomInt64: ((int64_t*)buf)[i] = (int64_t)x; break;
-    case loomUint64: ((uint64_t*)buf)[i] = (uint64_t)(int64_t)x; break;
-    case loomFloat32: ((float*)buf)[i] = (float)x; break;
-    case loomFloat64: ((double*)buf)[i] = x; break;
+    case loomInt8:
+      ((int8_t*)buf)[i] = (int8_t)(int64_t)x;
+      break;
+    case loomUint8:
+      ((uint8_t*)buf)[i] = (uint8_t)(uint64_t)(int64_t)x;
+      break;
+    case loomInt32:
+      ((int32_t*)buf)[i] = (int32_t)(int64_t)x;
+      break;
+    case loomUint32:
+      ((uint32_t*)buf)[i] = (uint32_t)(uint64_t)(int64_t)x;
+      break;
+    case loomInt64:
+      ((int64_t*)buf)[i] = (int64_t)x;
+      break;
+    case loomUint64:
+      ((uint64_t*)buf)[i] = (uint64_t)(int64_t)x;
+      break;
+    case loomFloat32:
+      ((float*)buf)[i] = (float)x;
+      break;
+    case loomFloat64:
+      ((double*)buf)[i] = x;
+      break;
     case loomFloat16:
-    case loomBfloat16: ((uint16_t*)buf)[i] = (uint16_t)encode_narrow(x, t); break;
-    default: ((uint8_t*)buf)[i] = (uint8_t)encode_narrow(x, t); break;
+    case loomBfloat16:
+      ((uint16_t*)buf)[i] = (uint16_t)encode_narrow(x, t);
+      break;
+    default:
+      ((uint8_t*)buf)[i] = (uint8_t)encode_narrow(x, t);
+      break;
   }
 }
 
@@ -105,13 +129,20 @@ inline double input(const Pattern& p, int rank, size_t i) {
 inline double wrap_int(loomDataType_t t, long double v) {
   __int128 x = (__int128)v;
   switch (t) {
-    case loomInt8: return (double)(int8_t)(uint8_t)x;
-    case loomUint8: return (double)(uint8_t)x;
-    case loomInt32: return (double)(int32_t)(uint32_t)x;
-    case loomUint32: return (double)(uint32_t)x;
-    case loomInt64: return (double)(int64_t)(uint64_t)x;
-    case loomUint64: return (double)(uint64_t)x;
-    default: return (double)v;
+    case loomInt8:
+      return (double)(int8_t)(uint8_t)x;
+    case loomUint8:
+      return (double)(uint8_t)x;
+    case loomInt32:
+      return (double)(int32_t)(uint32_t)x;
+    case loomUint32:
+      return (double)(uint32_t)x;
+    case loomInt64:
+      return (double)(int64_t)(uint64_t)x;
+    case loomUint64:
+      return (double)(uint64_t)x;
+    default:
+      return (double)v;
   }
 }
 
@@ -122,10 +153,14 @@ inline double expected(loomDataType_t t, loomRedOp_t op, const Pattern& p, int n
   long double acc = (op == loomProd) ? 1 : 0;
   for (int r = 0; r < n; r++) {
     double v = input(p, r, i) * scale;
-    if (op == loomProd) acc *= v;
-    else if (op == loomMax) acc = r == 0 ? v : std::max((double)acc, v);
-    else if (op == loomMin) acc = r == 0 ? v : std::min((double)acc, v);
-    else acc += v;
+    if (op == loomProd)
+      acc *= v;
+    else if (op == loomMax)
+      acc = r == 0 ? v : std::max((double)acc, v);
+    else if (op == loomMin)
+      acc = r == 0 ? v : std::min((double)acc, v);
+    else
+      acc += v;
   }
   double res = wrap_int(t, acc);
   if (op == loomAvg) {

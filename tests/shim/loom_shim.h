@@ -10,34 +10,47 @@
 
 #include "loom.h"
 
-#define ASSERT_LOOM_OK(call)                                                        \
-  do {                                                                              \
-    loomResult_t r_ = (call);                                                       \
-    ASSERT_EQ(r_, loomSuccess) << #call << ": " << loomGetErrorString(r_) << ": "   \
-                               << loomGetLastError(NULL);                           \
+#define ASSERT_LOOM_OK(call)                                                      \
+  do {                                                                            \
+    loomResult_t r_ = (call);                                                     \
+    ASSERT_EQ(r_, loomSuccess) << #call << ": " << loomGetErrorString(r_) << ": " \
+                               << loomGetLastError(NULL);                         \
   } while (0)
-#define EXPECT_LOOM_OK(call)                                                        \
-  do {                                                                              \
-    loomResult_t r_ = (call);                                                       \
-    EXPECT_EQ(r_, loomSuccess) << #call << ": " << loomGetErrorString(r_) << ": "   \
-                               << loomGetLastError(NULL);                           \
+#define EXPECT_LOOM_OK(call)                                                      \
+  do {                                                                            \
+    loomResult_t r_ = (call);                                                     \
+    EXPECT_EQ(r_, loomSuccess) << #call << ": " << loomGetErrorString(r_) << ": " \
+                               << loomGetLastError(NULL);                         \
   } while (0)
 
 namespace shim {
 
 inline size_t dtype_size(loomDataType_t t) {
   switch (t) {
-    case loomInt8: case loomUint8: case loomFloat8e4m3: case loomFloat8e5m2: return 1;
-    case loomFloat16: case loomBfloat16: return 2;
-    case loomInt32: case loomUint32: case loomFloat32: return 4;
-    case loomInt64: case loomUint64: case loomFloat64: return 8;
-    default: return 0;
+    case loomInt8:
+    case loomUint8:
+    case loomFloat8e4m3:
+    case loomFloat8e5m2:
+      return 1;
+    case loomFloat16:
+    case loomBfloat16:
+      return 2;
+    case loomInt32:
+    case loomUint32:
+    case loomFloat32:
+      return 4;
+    case loomInt64:
+    case loomUint64:
+    case loomFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 inline const char* dtype_name(loomDataType_t t) {
-  static const char* names[] = {"int8",    "uint8",   "int32",    "uint32", "int64",   "uint64",
-                                "float16", "float32", "float64",  "bfloat16", "f8e4m3", "f8e5m2"};
+  static const char* names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",  "uint64",
+                                "float16", "float32", "float64", "bfloat16", "f8e4m3", "f8e5m2"};
   return (unsigned)t < 12 ? names[t] : "unknown";
 }
 

@@ -52,7 +52,9 @@ static void touch(const char* what) {
   if (fd >= 0) close(fd);
 }
 
-static void on_usr1(int sig) { touch("usr1"); }
+static void on_usr1(int sig) {
+  touch("usr1");
+}
 
 /* Waits (SLEEP_S at most) for DIR/name to exist. */
 static int wait_for(const char* name) {

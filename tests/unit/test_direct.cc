@@ -80,19 +80,19 @@ class DirectPlans : public ::testing::TestWithParam<int> {};
 TEST_P(DirectPlans, EveryRankCountRootAndVariantIsCorrect) {
   const Algo& algo = kAlgos[GetParam()];
   for (int n = 1; n <= 64; n++)
-      for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(n + 1), size_t(1000)})
-        for (size_t slice : {size_t(3), size_t(1) << 20}) {
-          double cost = double(n) * n * (algo.blocks ? double(count) * n : double(count)) / slice;
-          if (cost > (n <= 8 ? 4e6 : 4e5)) continue;
-          int roots = algo.rooted ? n : 1;
-          for (int root = 0; root < roots; root += (n > 8 ? 7 : 1))
-            for (int v = 0; v < (algo.reduces ? 4 : 1); v++) {
-              Case c = {n, count, slice, root, (v & 1) != 0, (v & 2) != 0};
-              ASSERT_EQ(Check(algo, c), "") << algo.name << " n=" << n << " count=" << count
-                                            << " slice=" << slice << " root=" << root
-                                            << " premul=" << c.premul << " avg=" << c.avg;
-            }
-        }
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(n + 1), size_t(1000)})
+      for (size_t slice : {size_t(3), size_t(1) << 20}) {
+        double cost = double(n) * n * (algo.blocks ? double(count) * n : double(count)) / slice;
+        if (cost > (n <= 8 ? 4e6 : 4e5)) continue;
+        int roots = algo.rooted ? n : 1;
+        for (int root = 0; root < roots; root += (n > 8 ? 7 : 1))
+          for (int v = 0; v < (algo.reduces ? 4 : 1); v++) {
+            Case c = {n, count, slice, root, (v & 1) != 0, (v & 2) != 0};
+            ASSERT_EQ(Check(algo, c), "")
+                << algo.name << " n=" << n << " count=" << count << " slice=" << slice
+                << " root=" << root << " premul=" << c.premul << " avg=" << c.avg;
+          }
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Algos, DirectPlans, ::testing::Range(0, int(std::size(kAlgos))),

@@ -78,11 +78,10 @@ std::string Check(const Layout& l, int cross, size_t count, size_t slice, bool p
 }
 
 TEST(HierPlans, ProvedForEveryLayoutFamilyAndVariant) {
-  std::vector<Layout> layouts = {Blocks(2, 2),     Blocks(2, 3),     Blocks(3, 2),
-                                 Blocks(4, 4),     Blocks(8, 2),     Blocks(2, 8),
-                                 Blocks(16, 4),    Blocks(1, 4),     Blocks(4, 1),
-                                 RoundRobin(2, 2), RoundRobin(3, 4), RoundRobin(5, 3),
-                                 Shuffled(4, 3, 1), Shuffled(3, 5, 2), Shuffled(6, 2, 3)};
+  std::vector<Layout> layouts = {
+      Blocks(2, 2),     Blocks(2, 3),     Blocks(3, 2),      Blocks(4, 4),      Blocks(8, 2),
+      Blocks(2, 8),     Blocks(16, 4),    Blocks(1, 4),      Blocks(4, 1),      RoundRobin(2, 2),
+      RoundRobin(3, 4), RoundRobin(5, 3), Shuffled(4, 3, 1), Shuffled(3, 5, 2), Shuffled(6, 2, 3)};
   for (const Layout& l : layouts)
     for (int cross : {int(TUNE_RING), int(TUNE_TREE), int(TUNE_RHD), int(TUNE_DOUBLING)})
       for (size_t count : {size_t(0), size_t(1), size_t(7), l.host_of.size() + 1, size_t(1000)})
@@ -132,7 +131,8 @@ TEST(HierPlans, CrossTheNetworkWithLessThanAFlatRing) {
   for (const plan& q : hier)
     for (uint32_t o = 0; o < q.nops; o++) {
       if (q.ops[o].peer >= 0 && l.host_of[q.ops[o].peer] != l.host_of[q.rank]) {
-        EXPECT_EQ(q.ops[o].peer % 4, q.rank % 4) << "rank " << q.rank << " crosses to " << q.ops[o].peer;
+        EXPECT_EQ(q.ops[o].peer % 4, q.rank % 4)
+            << "rank " << q.rank << " crosses to " << q.ops[o].peer;
       }
     }
   for (auto& q : hier) plan_free(&q);

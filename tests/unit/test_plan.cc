@@ -27,15 +27,9 @@ class Plans {
   Plans(const Plans&) = delete;
   Plans& operator=(const Plans&) = delete;
 
-  int n() const {
-    return (int)p_.size();
-  }
-  plan& operator[](int r) {
-    return p_[r];
-  }
-  const plan* data() const {
-    return p_.data();
-  }
+  int n() const { return (int)p_.size(); }
+  plan& operator[](int r) { return p_[r]; }
+  const plan* data() const { return p_.data(); }
 
   // Empty string when the plans are a correct all-reduce, else the reason.
   std::string Check(size_t count) const {

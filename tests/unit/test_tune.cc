@@ -56,12 +56,14 @@ TEST(Tune, PredictionsGrowWithSizeAndServeOnlyTheirCollectives) {
 // ranks to the ring.
 TEST(Tune, ModelShapes) {
   tune_algo small = tune_pick_model(&kConsts, TUNE_ALLREDUCE, 16, 64, 256 << 10, kFifo);
-  EXPECT_TRUE(small == TUNE_TREE || small == TUNE_RHD || small == TUNE_DOUBLING) << tune_algo_name(small);
+  EXPECT_TRUE(small == TUNE_TREE || small == TUNE_RHD || small == TUNE_DOUBLING)
+      << tune_algo_name(small);
   EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLREDUCE, 2, 256u << 20, 256 << 10, kFifo), TUNE_RING);
   EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLTOALL, 16, 256, 256 << 10, kFifo), TUNE_BRUCK);
   // Two ranks, a few bytes: one exchange beats the two steps of the others.
   EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLREDUCE, 2, 64, 256 << 10, kFifo), TUNE_DOUBLING);
-  EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLTOALL, 4, 64u << 20, 256 << 10, kFifo), TUNE_PAIRWISE);
+  EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLTOALL, 4, 64u << 20, 256 << 10, kFifo),
+            TUNE_PAIRWISE);
 }
 
 // Direct plans: between processes they read by cross-memory attach, here
@@ -71,7 +73,8 @@ TEST(Tune, DirectPlansFollowTheReadBandwidth) {
   tune_consts threads = kConsts;
   threads.read_gbps = 2 * kConsts.copy_gbps;
   EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLREDUCE, 2, 256u << 20, 256 << 10, kAll), TUNE_RING);
-  EXPECT_EQ(tune_pick_model(&threads, TUNE_ALLREDUCE, 2, 256u << 20, 256 << 10, kAll), TUNE_TWOSHOT);
+  EXPECT_EQ(tune_pick_model(&threads, TUNE_ALLREDUCE, 2, 256u << 20, 256 << 10, kAll),
+            TUNE_TWOSHOT);
   EXPECT_EQ(tune_pick_model(&threads, TUNE_ALLGATHER, 4, 64u << 20, 256 << 10, kAll), TUNE_READ);
 }
 
@@ -140,7 +143,8 @@ TEST(Tune, HierarchicalAllReduceAcrossHosts) {
   tune_consts wide = k;
   wide.nhosts = 16;
   tune_algo small = tune_hier_cross(&wide, 16, 64, 256 << 10);
-  EXPECT_TRUE(small == TUNE_TREE || small == TUNE_RHD || small == TUNE_DOUBLING) << tune_algo_name(small);
+  EXPECT_TRUE(small == TUNE_TREE || small == TUNE_RHD || small == TUNE_DOUBLING)
+      << tune_algo_name(small);
   EXPECT_EQ(tune_hier_cross(&k, 2, 64u << 20, 256 << 10), TUNE_RING);
 }
 

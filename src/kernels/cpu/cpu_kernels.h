@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
 #include "loom.h"
 
 #ifdef __cplusplus
@@ -21,11 +22,6 @@ extern "C" {
 #endif
 
 enum cpu_isa { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2, CPU_ISA_COUNT };
-
-/* Bytes of one element; 0 for an unknown type. */
-size_t dtype_size(loomDataType_t t);
-const char* dtype_name(loomDataType_t t); /* "float32", ...; "unknown" */
-const char* redop_name(loomRedOp_t op);   /* "sum", ...; "premulsum" for >= loomNumOps */
 
 /* dst[i] = a[i] op b[i] for i < count. op is one of the five built-ins;
  * loomAvg reduces as a sum (the division is cpu_scale's job). */

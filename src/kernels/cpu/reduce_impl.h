@@ -49,7 +49,6 @@ extern const struct cpu_kernel_table cpu_kernels_scalar;
 extern const struct cpu_kernel_table cpu_kernels_avx2;
 extern const struct cpu_kernel_table cpu_kernels_avx512;
 
-
 #ifdef __cplusplus
 }
 #endif

@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../core/checks.h"
-#include "../../core/params.h"
-#include "../../kernels/cpu/cpu_kernels.h"
-#include "../fifo.h"
-#include "../transport.h"
+#include "core/checks.h"
+#include "core/params.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "transport/fifo.h"
+#include "transport/transport.h"
 
 #define LOCAL_SLOTS 16
 #define LOCAL_CANCEL_WAIT_MS 5000
@@ -159,7 +159,8 @@ static loomResult_t local_send_progress(struct local_conn* c) {
     conn_queue_pop(&c->base);
   }
   if (c->base.head && closed)
-    return peer_gone(&c->base, "closed the connection before taking the data (aborted or destroyed)");
+    return peer_gone(&c->base,
+                     "closed the connection before taking the data (aborted or destroyed)");
   return loomSuccess;
 }
 
@@ -202,7 +203,8 @@ static loomResult_t local_recv_progress(struct local_conn* c) {
   }
   if (moved && c->peer_bell) bell_ring(c->peer_bell);
   /* closed first, then head again: data posted before the close still counts. */
-  if (res == loomSuccess && c->base.head && atomic_load_explicit(&f->closed, memory_order_acquire) &&
+  if (res == loomSuccess && c->base.head &&
+      atomic_load_explicit(&f->closed, memory_order_acquire) &&
       atomic_load_explicit(&f->head, memory_order_acquire) == tail)
     res = peer_gone(&c->base, "closed the connection (aborted or destroyed)");
   return res;

@@ -24,13 +24,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../core/checks.h"
-#include "../../core/params.h"
-#include "../../kernels/cpu/cpu_kernels.h"
-#include "../fifo.h"
-#include "../rankseg.h"
-#include "../shmfile.h"
-#include "../transport.h"
+#include "core/checks.h"
+#include "core/params.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "transport/fifo.h"
+#include "transport/rankseg.h"
+#include "transport/shmfile.h"
+#include "transport/transport.h"
 
 /* The largest FIFO a receiver accepts to map (LOOM_BUFFSIZE's bound, slots
  * rounded up to pages). */

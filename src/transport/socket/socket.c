@@ -9,17 +9,18 @@
  * connection's atomic completion count and, while the transfer is not done,
  * progresses the connection when its lock is free. At init every rank opens one listening socket
  * for the communicator and all ranks exchange its address. */
-#include "socket.h"
+#include "transport/socket/socket.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../../core/bootstrap.h"
-#include "../../core/checks.h"
-#include "../../core/params.h"
+#include "core/bootstrap.h"
+#include "core/checks.h"
+#include "core/params.h"
 
 #define SOCK_RING_FIRST 16
 

@@ -28,9 +28,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../../core/accept.h"
-#include "../../core/sock.h"
-#include "../transport.h"
+#include "core/accept.h"
+#include "core/sock.h"
+#include "transport/transport.h"
 
 /* "p2p" or "collective", for messages. */
 static inline const char* sock_lane_name(int lane) {
@@ -197,7 +197,7 @@ struct sock_comm {
    * deadlines and eviction, so strangers cannot use up the descriptors. */
   struct accept_set* accept;
   struct sock_pending* parked; /* at most one per (peer, lane, stream) */
-  int nconnecting; /* sender connections not up yet (they retry on a timer) */
+  int nconnecting;             /* sender connections not up yet (they retry on a timer) */
 };
 
 /* ---- socket.c: helpers the thread uses ---- */

@@ -25,8 +25,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "../../core/checks.h"
-#include "socket.h"
+#include "core/checks.h"
+#include "transport/socket/socket.h"
 
 #define SOCK_TICK_MS 10
 #define SOCK_EVENTS 64
@@ -38,7 +38,6 @@ void sock_thread_wake(struct sock_comm* sc) {
     n = write(sc->wake_fd, &one, sizeof(one));
   } while (n < 0 && errno == EINTR); /* EAGAIN: the count is huge, it is awake anyway */
 }
-
 
 static void batch_add(struct sock_conn** batch, struct sock_conn* c) {
   if (c->in_batch) return;
@@ -148,8 +147,8 @@ static void hello_done(struct sock_comm* sc, struct sock_pending* p, struct sock
   }
   for (struct sock_pending* q = sc->parked; q; q = q->next)
     if (q->hello.src == h->src && q->hello.lane == h->lane && q->hello.stream == h->stream) {
-      snprintf(buf, sizeof(buf), "rank %d opened %s stream %u twice", h->src, sock_lane_name(h->lane),
-               h->stream);
+      snprintf(buf, sizeof(buf), "rank %d opened %s stream %u twice", h->src,
+               sock_lane_name(h->lane), h->stream);
       pending_drop(sc, p, buf);
       return;
     }

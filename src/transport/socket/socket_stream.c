@@ -22,12 +22,11 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "../../core/checks.h"
-#include "../../kernels/cpu/cpu_kernels.h"
-#include "socket.h"
+#include "core/checks.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "transport/socket/socket.h"
 
 #define SOCK_BOUNCE_MAX (256u << 10)
-
 
 static struct sock_msg* msg_at(struct sock_conn* c, uint64_t seq) {
   return &c->ring[seq & (c->cap - 1)];
