@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns the raw tables of perf/compare/run into JSON, a summary and plots.
 
-    summarize.py --out DIR [--placement out|in] [--plot-cmd PATH]
+    summarize.py --out DIR [--placement out|in] [--plot-cmd PATH] [--noise-floor PCT]
 
 Reads DIR/raw/*.txt (nccl-tests tables, one file per library x collective x ranks x repeat x
 size band; beside each, .cmd holds the exact command and .rc its exit status), DIR/meta.json
@@ -483,7 +483,11 @@ def write_summary(out, docs, meta, placement):
 # ---- Loom against Loom (run --against REV) ----------------------------------------------------
 # Raw names "rev" (the revision REV) and "work" (the working tree). Per size: each side's median
 # time over the repeats, busbw from it, each side's spread ((max - min) / median of its repeats),
-# the ratio work/REV of the medians and a verdict against the noise of the two.
+# the ratio work/REV of the medians and a verdict against the noise of the two: "slower" only
+# when the ratio exceeds 1 + the larger spread (at least the floor) AND every repeat of the
+# working tree was slower than every repeat of REV (their ranges apart, by the floor too). The
+# second condition keeps one slow repeat from making a verdict: with two repeats the median is
+# their mean, and a single outlier moves it further than the spread it makes. ("faster" alike.)
 SIDES = ("rev", "work")
 
 
@@ -497,6 +501,7 @@ def side_cell(reps, size, idx, coll, n):
     med = median_cell(cells, size, coll, n)
     spread = (max(times) - min(times)) / med["time_us"] * 100 if len(times) > 1 and med["time_us"] > 0 else None
     return {"time_us": med["time_us"], "busbw": med["busbw"], "times_us": times,
+            "min_us": min(times), "max_us": max(times),
             "spread_pct": round(spread, 2) if spread is not None else None,
             "wrong": any((c["wrong"] or 0) > 0 for c in cells)}
 
@@ -520,11 +525,13 @@ def against_rows(runs, coll, n, placement, floor):
                 row["noise_pct"] = round(max(spreads + [floor]), 2)
             elif floor > 0:
                 row["noise_pct"] = floor
-            if row["noise_pct"] is None:
+            if row["noise_pct"] is None or len(rev["times_us"]) < 2 or len(work["times_us"]) < 2:
                 row["verdict"] = "?"
-            elif row["ratio_time"] > 1 + row["noise_pct"] / 100:
+            elif (row["ratio_time"] > 1 + row["noise_pct"] / 100
+                  and work["min_us"] > rev["max_us"] * (1 + floor / 100)):
                 row["verdict"] = "slower"
-            elif row["ratio_time"] < 1 / (1 + row["noise_pct"] / 100):
+            elif (row["ratio_time"] < 1 / (1 + row["noise_pct"] / 100)
+                  and work["max_us"] * (1 + floor / 100) < rev["min_us"]):
                 row["verdict"] = "faster"
             else:
                 row["verdict"] = "same"
@@ -609,11 +616,14 @@ def write_against_summary(out, runs, meta, placement):
            "ranks), %s, float32, sum where the collective reduces; busbw from that time as nccl-tests. "
            "work/REV: the working tree's median time over REV's (below 1 the working tree is faster). "
            "Spread: (max - min) / median of one side's repeats. Noise: the larger spread of the two%s. "
-           "Verdict: \"slower\" when work/REV > 1 + noise, \"faster\" when work/REV < 1 / (1 + noise), "
-           "else \"same\"; \"?\" without a noise estimate (one repeat). \"(wrong)\": some checked "
-           "element was wrong in a repeat."
+           "Verdict: \"slower\" when work/REV > 1 + noise and every working-tree repeat was slower than "
+           "every REV repeat%s; \"faster\" when work/REV < 1 / (1 + noise) and every working-tree repeat "
+           "was faster; else \"same\"; \"?\" without a noise estimate (one repeat). With 2 repeats a "
+           "single outlier on one side can still make a verdict. \"(wrong)\": some checked element was "
+           "wrong in a repeat."
            % ("out-of-place" if placement == "out" else "in-place",
-              ", at least %g%%" % floor if floor > 0 else ""), ""]
+              ", at least %g%%" % floor if floor > 0 else "", " (by %g%% or more)" % floor if floor > 0 else ""),
+           ""]
     heads = ["| collective | ranks | sizes | work/REV time, geomean | worst work/REV (size, noise) "
              "| slower beyond noise | faster beyond noise |", "|---|---:|---:|---:|---|---|---|"]
     sections = []
@@ -719,6 +729,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--placement", choices=["out", "in"], default="out")
+    ap.add_argument("--noise-floor", type=float, default=None,
+                    help="run --against: the least noise a verdict assumes, percent (default: the run's)")
     ap.add_argument("--plot-cmd", help="the plotting tool (default: perf/plot beside this script)",
                     default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot"))
     a = ap.parse_args()
@@ -730,6 +742,8 @@ def main():
     if not runs:
         sys.exit("summarize: no raw tables under %s/raw" % a.out)
     against = meta.get("against")
+    if against and a.noise_floor is not None:
+        against["noise_floor_pct"] = a.noise_floor
     if against:
         LABEL["rev"] = "REV %s" % against["rev"]["short"]
         LABEL["work"] = "working tree %s%s" % (against["work"]["short"], "+" if against["work"].get("uncommitted") else "")
