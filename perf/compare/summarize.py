@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns the raw tables of perf/compare/run into JSON, a summary and plots.
 
-    summarize.py --out DIR [--placement out|in] [--plot-cmd PATH]
+    summarize.py --out DIR [--placement out|in] [--plot-cmd PATH] [--noise-floor PCT]
 
 Reads DIR/raw/*.txt (nccl-tests tables, one file per library x collective x ranks x repeat x
 size band; beside each, .cmd holds the exact command and .rc its exit status), DIR/meta.json
@@ -12,6 +12,13 @@ size band; beside each, .cmd holds the exact command and .rc its exit status), D
   DIR/summary.json, DIR/summary.md per size: every library's busbw and time, Loom's ratio to
                                    the best peer
   DIR/plots/<tool>_n<N>.png        bus bandwidth and time against size (perf/plot)
+
+A run of Loom against another revision of itself (run --against REV; meta.json has "against",
+raw names "rev" and "work") gets a summary of its own: per collective x ranks x size each side's
+median time and busbw, the ratio working tree / REV of the times, each side's spread over the
+repeats ((max - min) / median) and a verdict, "slower" or "faster" only beyond the larger spread
+(at least --noise-floor); an overview line per collective x ranks; JSON files rev_<tool>_n<N>.json
+and work_<tool>_n<N>.json; plots of both.
 
 A run of the network mode (run --net; meta.json has "network") is titled as such, names the
 hosts and each library's transport, and adds the network goal: Loom's busbw at least 1.3x the
@@ -473,6 +480,213 @@ def write_summary(out, docs, meta, placement):
     return summary
 
 
+# ---- Loom against Loom (run --against REV) ----------------------------------------------------
+# Raw names "rev" (the revision REV) and "work" (the working tree). Per size: each side's median
+# time over the repeats, busbw from it, each side's spread ((max - min) / median of its repeats),
+# the ratio work/REV of the medians and a verdict against the noise of the two: "slower" only
+# when the ratio exceeds 1 + the larger spread (at least the floor) AND every repeat of the
+# working tree was slower than every repeat of REV (their ranges apart, by the floor too). The
+# second condition keeps one slow repeat from making a verdict: with two repeats the median is
+# their mean, and a single outlier moves it further than the spread it makes. ("faster" alike.)
+SIDES = ("rev", "work")
+
+
+def side_cell(reps, size, idx, coll, n):
+    """One side at one size: the times of its repeats, their median, busbw, spread."""
+    cells = [r["rows"][size][idx] for r in reps.values() if size in r["rows"]]
+    cells = [c for c in cells if c and c["time_us"] > 0]
+    if not cells:
+        return None
+    times = [c["time_us"] for c in cells]
+    med = median_cell(cells, size, coll, n)
+    spread = (max(times) - min(times)) / med["time_us"] * 100 if len(times) > 1 and med["time_us"] > 0 else None
+    return {"time_us": med["time_us"], "busbw": med["busbw"], "times_us": times,
+            "min_us": min(times), "max_us": max(times),
+            "spread_pct": round(spread, 2) if spread is not None else None,
+            "wrong": any((c["wrong"] or 0) > 0 for c in cells)}
+
+
+def against_rows(runs, coll, n, placement, floor):
+    idx = 2 if placement == "out" else 3
+    sides = {s: runs.get((s, coll, n), {}) for s in SIDES}
+    sizes = sorted({size for reps in sides.values() for r in reps.values() for size in r["rows"]})
+    rows = []
+    for size in sizes:
+        if size == 0:
+            continue
+        c = {s: side_cell(sides[s], size, idx, coll, n) for s in SIDES}
+        row = {"size": size, "rev": c["rev"], "work": c["work"], "ratio_time": None,
+               "noise_pct": None, "verdict": "-"}
+        rev, work = c["rev"], c["work"]
+        if rev and work:
+            row["ratio_time"] = round(work["time_us"] / rev["time_us"], 4)
+            spreads = [rev["spread_pct"], work["spread_pct"]]
+            if None not in spreads:
+                row["noise_pct"] = round(max(spreads + [floor]), 2)
+            elif floor > 0:
+                row["noise_pct"] = floor
+            if row["noise_pct"] is None or len(rev["times_us"]) < 2 or len(work["times_us"]) < 2:
+                row["verdict"] = "?"
+            elif (row["ratio_time"] > 1 + row["noise_pct"] / 100
+                  and work["min_us"] > rev["max_us"] * (1 + floor / 100)):
+                row["verdict"] = "slower"
+            elif (row["ratio_time"] < 1 / (1 + row["noise_pct"] / 100)
+                  and work["max_us"] * (1 + floor / 100) < rev["min_us"]):
+                row["verdict"] = "faster"
+            else:
+                row["verdict"] = "same"
+        rows.append(row)
+    return rows
+
+
+def against_overview(rows):
+    rs = [r for r in rows if r["ratio_time"] is not None]
+    if not rs:
+        return None
+    worst = max(rs, key=lambda r: r["ratio_time"])
+    best = min(rs, key=lambda r: r["ratio_time"])
+    geo = 1.0
+    for r in rs:
+        geo *= r["ratio_time"]
+    return {"sizes": len(rs), "geomean_ratio": round(geo ** (1.0 / len(rs)), 4),
+            "worst": {"size": worst["size"], "ratio_time": worst["ratio_time"], "noise_pct": worst["noise_pct"],
+                      "verdict": worst["verdict"]},
+            "best": {"size": best["size"], "ratio_time": best["ratio_time"], "noise_pct": best["noise_pct"],
+                     "verdict": best["verdict"]},
+            "slower": [r["size"] for r in rs if r["verdict"] == "slower"],
+            "faster": [r["size"] for r in rs if r["verdict"] == "faster"],
+            "no_verdict": sum(r["verdict"] == "?" for r in rs),
+            "wrong": [r["size"] for r in rs if r["rev"]["wrong"] or r["work"]["wrong"]]}
+
+
+def fmt_pct(p):
+    return "-" if p is None else "%.1f%%" % p
+
+
+def md_cell(text):
+    return str(text).replace("|", "\\|")
+
+
+def short_subject(s, width=72):
+    return s if len(s) <= width else s[:width - 3].rstrip() + "..."
+
+
+def write_against_summary(out, runs, meta, placement):
+    ag = meta["against"]
+    rev, work = ag["rev"], ag["work"]
+    floor = float(ag.get("noise_floor_pct") or 0)
+    rname, wname = "REV %s" % rev["short"], "work %s" % work["short"]
+    if work.get("uncommitted"):
+        wname += "+"
+    summary = {"machine": meta.get("machine"), "date": meta.get("date"), "command": meta.get("command"),
+               "against": ag, "launch": meta.get("launch"), "repeats": meta.get("repeats"),
+               "placement": placement, "memcpy": meta.get("memcpy"), "collectives": {}}
+    m = meta.get("machine", {})
+    dirty = work.get("uncommitted") or []
+    md = ["# Loom: the working tree (%s%s) against %s" % (work["short"], " + uncommitted changes" if dirty else "",
+                                                        rev["short"]), ""]
+    md.append("Machine: %s, nproc %s (%s), %s GiB. Date: %s. Mode: %s, %s repeat(s), median per size, "
+              "%s to %s." % (m.get("hostname"), m.get("nproc") or m.get("cpus"), m.get("cpu_model"),
+                             m.get("mem_gib"), meta.get("date"), meta.get("mode"), meta.get("repeats"),
+                             fmt_size(ag["sizes"][0]), fmt_size(ag["sizes"][1])))
+    load_path = os.path.join(out, "load.txt")
+    if os.path.exists(load_path):
+        with open(load_path) as fh:
+            samples = [line.split() for line in fh if line.strip()]
+        md.append("Load average (1, 5, 15 min; ours included while we run) %s." % ", ".join(
+            "%s %s" % (f[0], "/".join(f[1:])) for f in samples))
+    mc = meta.get("memcpy") or {}
+    if mc:
+        md.append("memcpy bandwidth (perf/compare/memcpy_bw, 256 MiB, best of 7): %s."
+                  % ", ".join("%s thread(s) %.2f GB/s" % (t, v) for t, v in sorted(mc.items())))
+    md += ["", "| side | revision | subject | build | libloom its perf tools load |", "|---|---|---|---|---|"]
+    for s, name in ((rev, "REV"), (work, "working tree")):
+        what = "`%s` (%s)" % (s["short"], s["sha"])
+        if s is rev and s.get("given") not in (s["short"], s["sha"]):
+            what += ", given as `%s`" % s["given"]
+        if s is work:
+            what += ", branch %s%s" % (s.get("branch"), ", %d uncommitted file(s)" % len(dirty) if dirty else ", clean")
+        libs = sorted(set((s.get("libloom") or {}).values())) or ["?"]
+        md.append("| %s | %s | %s | %s | %s |" % (name, what, md_cell(short_subject(s["subject"])), s["build"],
+                                                  ", ".join(libs)))
+    if rev["sha"] == work["sha"] and not dirty:
+        md += ["", "Both sides are the same code: this run measures the noise (an A/A comparison)."]
+    md += ["", "Command: `%s`" % meta.get("command"), ""]
+    md += ["Time: the median over the repeats of each run's time per call (mean of -n calls, max across "
+           "ranks), %s, float32, sum where the collective reduces; busbw from that time as nccl-tests. "
+           "work/REV: the working tree's median time over REV's (below 1 the working tree is faster). "
+           "Spread: (max - min) / median of one side's repeats. Noise: the larger spread of the two%s. "
+           "Verdict: \"slower\" when work/REV > 1 + noise and every working-tree repeat was slower than "
+           "every REV repeat%s; \"faster\" when work/REV < 1 / (1 + noise) and every working-tree repeat "
+           "was faster; else \"same\"; \"?\" without a noise estimate (one repeat). With 2 repeats a "
+           "single outlier on one side can still make a verdict. \"(wrong)\": some checked element was "
+           "wrong in a repeat."
+           % ("out-of-place" if placement == "out" else "in-place",
+              ", at least %g%%" % floor if floor > 0 else "", " (by %g%% or more)" % floor if floor > 0 else ""),
+           ""]
+    heads = ["| collective | ranks | sizes | work/REV time, geomean | worst work/REV (size, noise) "
+             "| slower beyond noise | faster beyond noise |", "|---|---:|---:|---:|---|---|---|"]
+    sections = []
+    nranks_all = sorted({n for (s, _, n) in runs if s in SIDES})
+    for coll, tool, title in COLLS:
+        for n in nranks_all:
+            rows = against_rows(runs, coll, n, placement, floor)
+            if not rows:
+                continue
+            ov = against_overview(rows)
+            summary["collectives"].setdefault(coll, {})[str(n)] = {"rows": rows, "overview": ov}
+            if ov:
+                w = ov["worst"]
+
+                def listed(sizes):
+                    if not sizes:
+                        return "0"
+                    names = ", ".join(fmt_size(x) for x in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
+                    return "%d (%s)" % (len(sizes), names)
+                heads.append("| %s | %d | %d%s | %.3f | %.3f (%s, %s) | %s | %s |" % (
+                    title, n, ov["sizes"], ", %d without verdict" % ov["no_verdict"] if ov["no_verdict"] else "",
+                    ov["geomean_ratio"], w["ratio_time"], fmt_size(w["size"]), fmt_pct(w["noise_pct"]),
+                    listed(ov["slower"]), listed(ov["faster"])))
+            sections += ["### %s, %d ranks (%s)" % (title, n, tool), "",
+                         "| size | %s us | %s us | %s GB/s | %s GB/s | work/REV time | REV spread "
+                         "| work spread | verdict |" % (rname, wname, rname, wname),
+                         "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+            for r in rows:
+                rv, wk = r["rev"], r["work"]
+
+                def t(c):
+                    return fmt_time(c and c["time_us"]) + (" (wrong)" if c and c["wrong"] else "")
+                sections.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    fmt_size(r["size"]), t(rv), t(wk), fmt_bw(rv and rv["busbw"]), fmt_bw(wk and wk["busbw"]),
+                    "-" if r["ratio_time"] is None else "%.3f" % r["ratio_time"],
+                    fmt_pct(rv and rv["spread_pct"]), fmt_pct(wk and wk["spread_pct"]), r["verdict"]))
+            sections.append("")
+    md += ["## Overview", ""] + heads + ["", "## Per size", ""] + sections
+    md += ["## How it was run", ""]
+    md.append("- order: %s" % ag.get("order"))
+    for s, name in ((rev, "REV"), (work, "working tree")):
+        md.append("- %s: built with `%s`; runs `%s`" % (name, s["cmake"], s["launch"]))
+    # The exact commands of the first configuration (every launch's: raw/*.cmd).
+    first = next(((c, n) for c, _, _ in COLLS for n in nranks_all
+                  if all((sd, c, n) in runs for sd in SIDES)), None)
+    if first:
+        c, n = first
+        md.append("- exact commands, %s at %d ranks, first repeat (every launch's in raw/*.cmd):"
+                  % (TITLE_OF[c], n))
+        for sd in SIDES:
+            reps = runs[(sd, c, n)]
+            for cmd in reps[min(reps)]["cmds"]:
+                md.append("  - `%s`" % cmd)
+    for note in meta.get("notes", []):
+        md.append("- " + note)
+    md.append("")
+    with open(os.path.join(out, "summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=1)
+    with open(os.path.join(out, "summary.md"), "w") as fh:
+        fh.write("\n".join(md))
+    return summary
+
+
 def label_of(lib):
     if lib in LABEL:
         return LABEL[lib]
@@ -515,6 +729,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--placement", choices=["out", "in"], default="out")
+    ap.add_argument("--noise-floor", type=float, default=None,
+                    help="run --against: the least noise a verdict assumes, percent (default: the run's)")
     ap.add_argument("--plot-cmd", help="the plotting tool (default: perf/plot beside this script)",
                     default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot"))
     a = ap.parse_args()
@@ -525,18 +741,31 @@ def main():
     runs = load_runs(os.path.join(a.out, "raw"))
     if not runs:
         sys.exit("summarize: no raw tables under %s/raw" % a.out)
+    against = meta.get("against")
+    if against and a.noise_floor is not None:
+        against["noise_floor_pct"] = a.noise_floor
+    if against:
+        LABEL["rev"] = "REV %s" % against["rev"]["short"]
+        LABEL["work"] = "working tree %s%s" % (against["work"]["short"], "+" if against["work"].get("uncommitted") else "")
     docs, files = {}, {}
     for (lib, coll, n), reps in sorted(runs.items()):
         if not any(r["rows"] for r in reps.values()):
             sys.stderr.write("summarize: %s %s n=%d produced no rows; see raw/\n" % (lib, coll, n))
             continue
         doc = library_json(lib, coll, n, reps, meta)
+        if against and lib in SIDES:
+            doc["library"] = "loom"
+            doc["side"] = "REV" if lib == "rev" else "working tree"
+            doc["revision"] = against[lib]["sha"]
         path = os.path.join(a.out, "%s_%s_n%d.json" % (lib, TOOL_OF[coll], n))
         with open(path, "w") as fh:
             json.dump(doc, fh, indent=1)
         docs[(lib, coll, n)] = doc
         files[(lib, coll, n)] = path
-    write_summary(a.out, docs, meta, a.placement)
+    if against:
+        write_against_summary(a.out, runs, meta, a.placement)
+    else:
+        write_summary(a.out, docs, meta, a.placement)
     net = meta.get("network")
     made, how = write_plots(a.out, docs, files, a.plot_cmd, a.placement,
                             ("hosts (network namespaces)" if per_host(net) == 1 else
