@@ -237,6 +237,9 @@ LOOM_API loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm);
 LOOM_API loomResult_t loomStreamCreate(loomStream_t* stream);
 /* Wraps a cudaStream_t; work on device buffers is enqueued on it. */
 LOOM_API loomResult_t loomStreamCreateFromCuda(loomStream_t* stream, void* cudaStream);
+/* (Loom) The cudaStream_t that stream wraps, or NULL for a host stream.
+ * Local; for layered libraries (libloom_parallel). */
+LOOM_API loomResult_t loomStreamGetCuda(loomStream_t stream, void** cudaStream);
 /* Waits for the work issued so far; returns the first error among it. */
 LOOM_API loomResult_t loomStreamSynchronize(loomStream_t stream);
 /* loomSuccess when done, loomInProgress otherwise. Never blocks. */

@@ -1,5 +1,6 @@
 /* algos.c - from a task to its plan: which algorithm families can serve
  * each collective, the tuner's pick among them, and the generator call. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "collectives/coll.h"
@@ -88,7 +89,9 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
   }
   const struct tune_consts* k = &comm->coll->tune;
   unsigned avail = algo_available(t->kind);
-  if (!tp_direct_ok(comm)) avail &= ~DIRECT_ALGOS;
+  /* Direct plans read the peers' buffers with loads or cross-memory
+   * attach: host memory only. */
+  if (!tp_direct_ok(comm) || t->mem != MEM_HOST) avail &= ~DIRECT_ALGOS;
   /* Two levels need two levels: several hosts, several ranks on each, the
    * same number everywhere. */
   if (k->nhosts < 2 || k->local < 2 || !k->even) avail &= ~TUNE_ALGO_BIT(TUNE_HIER);
@@ -109,14 +112,34 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
   return generators[t->kind][algo](&a, out);
 }
 
-loomResult_t algo_plan_cached(const struct coll_task* t, struct plan* scratch,
-                              const struct plan** out) {
-  struct coll_comm* cc = t->comm->coll;
-  if (t->kind == COLL_ALLTOALLV) {
-    LOOM_CHECK(algo_plan(t, scratch));
-    *out = scratch;
-    return loomSuccess;
+struct plan_obj* plan_obj_new(void) {
+  struct plan_obj* o = calloc(1, sizeof(*o));
+  if (o) atomic_init(&o->refs, 1);
+  return o;
+}
+
+void plan_obj_unref(struct plan_obj* o) {
+  if (!o || atomic_fetch_sub(&o->refs, 1) != 1) return;
+  plan_free(&o->plan);
+  free(o);
+}
+
+/* Builds t's plan into a new plan_obj. */
+static loomResult_t plan_obj_build(const struct coll_task* t, struct plan_obj** out) {
+  struct plan_obj* o = plan_obj_new();
+  if (!o) return err_set(t->comm, loomSystemError, "out of memory for a plan");
+  loomResult_t r = algo_plan(t, &o->plan);
+  if (r != loomSuccess) {
+    plan_obj_unref(o);
+    return r;
   }
+  *out = o;
+  return loomSuccess;
+}
+
+loomResult_t algo_plan_cached(const struct coll_task* t, struct plan_obj** out) {
+  struct coll_comm* cc = t->comm->coll;
+  if (t->kind == COLL_ALLTOALLV) return plan_obj_build(t, out);
   struct plan_key key;
   memset(&key, 0, sizeof(key)); /* compared with memcmp: no stray padding */
   key.kind = t->kind;
@@ -125,22 +148,21 @@ loomResult_t algo_plan_cached(const struct coll_task* t, struct plan* scratch,
   key.premul = redop_is_premul(t->op);
   key.avg = t->op == loomAvg;
   key.root = t->root;
+  key.mem = t->mem;
   for (int i = 0; i < PLAN_CACHE; i++)
-    if (cc->plans[i].valid && memcmp(&cc->plans[i].key, &key, sizeof(key)) == 0) {
-      *out = &cc->plans[i].plan;
+    if (cc->plans[i].obj && memcmp(&cc->plans[i].key, &key, sizeof(key)) == 0) {
+      atomic_fetch_add(&cc->plans[i].obj->refs, 1);
+      *out = cc->plans[i].obj;
       return loomSuccess;
     }
+  struct plan_obj* o;
+  LOOM_CHECK(plan_obj_build(t, &o));
   int slot = cc->plans_next;
   cc->plans_next = (slot + 1) % PLAN_CACHE;
-  if (cc->plans[slot].valid) plan_free(&cc->plans[slot].plan);
-  cc->plans[slot].valid = 0;
-  loomResult_t r = algo_plan(t, &cc->plans[slot].plan);
-  if (r != loomSuccess) {
-    plan_free(&cc->plans[slot].plan);
-    return r;
-  }
+  plan_obj_unref(cc->plans[slot].obj); /* launches still running it keep theirs */
   cc->plans[slot].key = key;
-  cc->plans[slot].valid = 1;
-  *out = &cc->plans[slot].plan;
+  cc->plans[slot].obj = o;
+  atomic_fetch_add(&o->refs, 1); /* the cache's and the caller's */
+  *out = o;
   return loomSuccess;
 }

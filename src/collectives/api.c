@@ -7,21 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/checks.h"
-#include "../core/stream.h"
-#include "../kernels/cpu/cpu_kernels.h"
-#include "../transport/transport.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "collectives/exec.h"
+#include "core/checks.h"
+#include "core/dtype.h"
+#include "core/memkind.h"
+#include "core/stream.h"
+#include "transport/transport.h"
 
 static loomResult_t bad(struct loom_comm* comm, const char* fn, const char* what) {
   return err_set(comm, loomInvalidArgument, "invalid argument: %s: %s", fn, what);
 }
 
-/* What every call checked first: its communicator and stream. */
+/* What every call checked first: its communicator and stream; then the
+ * kind of memory of its buffers (check_buf), one kind per call. */
 struct call {
   const char* fn;
   struct loom_comm* comm;
   struct loom_stream* stream; /* NULL: run now */
+  enum mem_kind mem;          /* of the buffers checked so far (MEM_HOST: none yet) */
+  const char* mem_first;      /* the first buffer classified; NULL: none yet */
 };
 
 /* The checks every call shares: comm, datatype, stream. */
@@ -29,6 +34,8 @@ static loomResult_t call_begin(struct call* c, const char* fn, loomComm_t comm,
                                loomDataType_t dtype, loomStream_t stream) {
   c->fn = fn;
   c->stream = NULL;
+  c->mem = MEM_HOST;
+  c->mem_first = NULL;
   if (!comm) return bad(NULL, fn, "communicator is NULL");
   LOOM_CHECK(comm_get(comm, fn, &c->comm));
   if ((unsigned)dtype >= (unsigned)loomNumTypes) {
@@ -66,10 +73,33 @@ static loomResult_t check_size(const struct call* c, const char* name, size_t co
   return bad(c->comm, c->fn, why);
 }
 
+/* Classifies buffer name (once per buffer and call): every buffer of a call
+ * is of one kind, and the call's stream can serve it. */
+static loomResult_t check_kind(struct call* c, const char* name, const void* p) {
+  char why[320];
+  enum mem_kind k = mem_kind_of(p, NULL);
+  if (!c->mem_first) {
+    c->mem = k;
+    c->mem_first = name;
+  } else if (k != c->mem) {
+    snprintf(why, sizeof(why),
+             "%s is %s memory but %s is %s memory: the buffers of one call must all be host "
+             "memory or all device memory",
+             name, mem_kind_name(k), c->mem_first, mem_kind_name(c->mem));
+    return bad(c->comm, c->fn, why);
+  }
+  if (!exec_serves(c->stream, k)) {
+    snprintf(why, sizeof(why), "%s is %s memory, which %s", name, mem_kind_name(k),
+             exec_refusal(c->stream, k));
+    return bad(c->comm, c->fn, why);
+  }
+  return loomSuccess;
+}
+
 /* A buffer of count x mult elements: its size fits (check_size), it is not
  * NULL when it is not empty, and it does not wrap around the end of the
  * address space. bytes_out may be NULL. */
-static loomResult_t check_buf(const struct call* c, const char* name, const void* p, size_t count,
+static loomResult_t check_buf(struct call* c, const char* name, const void* p, size_t count,
                               size_t mult, size_t esize, size_t* bytes_out) {
   char why[256];
   size_t bytes;
@@ -84,6 +114,7 @@ static loomResult_t check_buf(const struct call* c, const char* name, const void
              p, bytes);
     return bad(c->comm, c->fn, why);
   }
+  if (bytes > 0) LOOM_CHECK(check_kind(c, name, p));
   if (bytes_out) *bytes_out = bytes;
   return loomSuccess;
 }
@@ -125,6 +156,7 @@ static void task_fill(struct coll_task* t, enum coll_kind kind, const struct cal
   t->dtype = dtype;
   t->op = loomSum;
   t->root = root;
+  t->mem = c->mem;
 }
 
 loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,

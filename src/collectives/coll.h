@@ -11,6 +11,7 @@
 #include "collectives/plan.h"
 #include "core/colls.h"
 #include "core/comm.h"
+#include "core/memkind.h"
 #include "loom.h"
 #include "topo/tune.h"
 
@@ -38,6 +39,7 @@ struct coll_task {
   unsigned char scalar[8]; /* PreMulSum's scalar, when read at call time */
   const void* scalar_ptr;  /* PreMulSum's scalar, when read at run time */
   size_t* v;               /* all-to-all-v: sendcounts, sdispls, recvcounts, rdispls (4n, owned) */
+  enum mem_kind mem;       /* of every buffer of the call (api.c classifies them) */
 };
 
 #define COLL_MAX_PREMUL 256
@@ -52,24 +54,54 @@ struct premul_op {
 };
 
 /* What determines a collective's plan besides the communicator: the tuner's
- * choice depends on the size in bytes, the plan on the element count. */
+ * choice depends on the size in bytes, the plan on the element count, and
+ * the families that may serve it on the memory kind. */
 struct plan_key {
   int kind; /* enum coll_kind */
   size_t count;
   size_t esize;
   int premul, avg, root;
+  int mem; /* enum mem_kind */
 };
 #define PLAN_CACHE 4
 
+/* A plan shared by the communicator's cache and the launches that run it:
+ * freed when the last of them lets go (a launch may outlive the cache
+ * entry it came from). */
+struct plan_obj {
+  struct plan plan;
+  _Atomic int refs;
+};
+void plan_obj_unref(struct plan_obj* p);
+
+/* The plans' PB_SCRATCH: one per communicator, replaced by a larger one when
+ * a plan needs more, freed when no launch uses it any more. */
+struct scratch_obj {
+  _Atomic int refs;
+  size_t bytes;
+  void* data;
+};
+void scratch_obj_unref(struct scratch_obj* s);
+
 struct coll_comm {
-  pthread_mutex_t exec_lock; /* one operation at a time on a communicator */
+  /* Guards preparation (the plan cache, the scratch, the turns), never
+   * held while a launch runs. */
+  pthread_mutex_t exec_lock;
+  /* Launches run in the order they were prepared (the order of the calls,
+   * across streams): a launch takes the turn next_turn at preparation and
+   * runs once serving reaches it; it passes the turn on when released. */
+  uint64_t next_turn;       /* under exec_lock */
+  _Atomic uint64_t serving; /* the turn allowed to run now */
   pthread_mutex_t ops_lock;
   struct premul_op ops[COLL_MAX_PREMUL];
   pthread_mutex_t reg_lock;
   struct reg_handle* regs; /* live registrations (reg.c) */
-  _Atomic int queued;      /* work queued on streams and not yet finished */
-  void* scratch;           /* plans' PB_SCRATCH, grown as needed; under exec_lock */
-  size_t scratch_bytes;
+  /* Launches prepared on this communicator and not yet released; teardown
+   * waits for none (idle_cond, under idle_lock). */
+  _Atomic int inflight;
+  pthread_mutex_t idle_lock;
+  pthread_cond_t idle_cond;
+  struct scratch_obj* scratch; /* the current scratch (a reference); under exec_lock */
   /* The tuner's constants, rank 0's for every rank: ranks that calibrated
    * apart would otherwise disagree on plans. */
   struct tune_consts tune;
@@ -78,8 +110,7 @@ struct coll_comm {
    * do). Under exec_lock; only the collective lane uses them. */
   struct {
     struct plan_key key;
-    struct plan plan;
-    int valid;
+    struct plan_obj* obj; /* a reference; NULL: empty */
   } plans[PLAN_CACHE];
   int plans_next;
 };
@@ -115,19 +146,20 @@ static inline int redop_is_premul(loomRedOp_t op) {
  * failure. */
 loomResult_t group_submit(const struct coll_task* t);
 
-/* exec_host.c: runs the tasks of one launch (one group, or one call) to the
- * end: every communicator's tasks in order, all communicators together. */
-loomResult_t exec_tasks(struct coll_task* tasks, int ntasks);
+/* exec_host.c: a launch on comm was released; wakes teardown when it was
+ * the last. */
+void coll_inflight_done(struct loom_comm* comm);
 
 /* algos.c: the plan of a collective task, by the algorithm the tuner picks
  * among those that can serve it. out is initialised here. */
 loomResult_t algo_plan(const struct coll_task* t, struct plan* out);
-/* As algo_plan, through the communicator's cache: the plan stays owned by
- * the cache and valid until the next call for this communicator. All-to-all-v
- * (whose plan depends on its counts) is built into *scratch instead. Caller
- * holds the communicator's exec_lock. */
-loomResult_t algo_plan_cached(const struct coll_task* t, struct plan* scratch,
-                              const struct plan** out);
+/* As algo_plan, through the communicator's cache: *out is a reference the
+ * caller releases with plan_obj_unref. All-to-all-v (whose plan depends on
+ * its counts) is built anew every time. Caller holds the communicator's
+ * exec_lock. */
+loomResult_t algo_plan_cached(const struct coll_task* t, struct plan_obj** out);
+/* A plan_obj of its own (one reference) around an empty plan. */
+struct plan_obj* plan_obj_new(void);
 /* The algorithms (TUNE_ALGO_BIT mask) that can serve kind. */
 unsigned algo_available(enum coll_kind kind);
 

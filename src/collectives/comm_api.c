@@ -65,7 +65,10 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
   pthread_mutex_init(&cc->exec_lock, NULL);
   pthread_mutex_init(&cc->ops_lock, NULL);
   pthread_mutex_init(&cc->reg_lock, NULL);
-  atomic_init(&cc->queued, 0);
+  pthread_mutex_init(&cc->idle_lock, NULL);
+  pthread_cond_init(&cc->idle_cond, NULL);
+  atomic_init(&cc->inflight, 0);
+  atomic_init(&cc->serving, 0);
   comm->coll = cc;
   /* One set of constants for the whole communicator: rank 0's. */
   struct tune_consts* all = calloc((size_t)comm->nranks, sizeof(*all));
@@ -88,10 +91,11 @@ void coll_comm_fini(struct loom_comm* comm) {
   pthread_mutex_destroy(&cc->exec_lock);
   pthread_mutex_destroy(&cc->ops_lock);
   pthread_mutex_destroy(&cc->reg_lock);
-  free(cc->scratch);
+  pthread_mutex_destroy(&cc->idle_lock);
+  pthread_cond_destroy(&cc->idle_cond);
+  scratch_obj_unref(cc->scratch);
   free(cc->host_of);
-  for (int i = 0; i < PLAN_CACHE; i++)
-    if (cc->plans[i].valid) plan_free(&cc->plans[i].plan);
+  for (int i = 0; i < PLAN_CACHE; i++) plan_obj_unref(cc->plans[i].obj);
   free(cc);
   comm->coll = NULL;
 }
@@ -100,7 +104,11 @@ static void self_info(const struct loom_comm* comm, struct peer_info* self) {
   memset(self, 0, sizeof(*self));
   self->rank = comm->rank;
   self->pid = (int32_t)getpid();
-  self->cuda_dev = -1;
+  self->cuda_dev = comm->cuda_dev;
+  /* The device's identity, for peers in other processes (its ordinal means
+   * nothing to them). Checked already by whoever bound the rank. */
+  if (comm->cuda_dev >= 0 && cuda_device_identity(comm->cuda_dev, &self->dev) != loomSuccess)
+    memset(&self->dev, 0, sizeof(self->dev));
   /* LOOM_HOSTID names the host instead (tests that make hosts of processes
    * of one machine, containers that share a boot id and a namespace). */
   const char* hostid = params_get()->hostid;
@@ -170,8 +178,10 @@ static loomResult_t check_config(const loomConfig_t* config) {
 }
 
 /* parent: the communicator a split makes this one from, or NULL. */
+/* cuda_dev: the CUDA device the rank is bound to (loomCommInitAll's
+ * devlist, a split's parent), or -1 for a host rank. */
 static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id* id, int rank,
-                              const loomConfig_t* config, struct loom_comm* parent) {
+                              const loomConfig_t* config, struct loom_comm* parent, int cuda_dev) {
   if (!out) return err_set(NULL, loomInvalidArgument, "invalid argument: comm pointer is NULL");
   if (nranks < 1)
     return err_set(NULL, loomInvalidArgument, "invalid argument: nranks %d is less than 1", nranks);
@@ -186,6 +196,7 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
   LOOM_CHECK(coll_settings_check());
   struct loom_comm* comm;
   LOOM_CHECK(comm_alloc(nranks, rank, config, &comm));
+  comm->cuda_dev = cuda_dev;
   if (parent) comm_forming_begin(parent, comm);
   if (comm->blocking) {
     loomResult_t r = init_body(comm, id);
@@ -217,11 +228,11 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
 
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
                                     loomConfig_t* config) {
-  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, config, NULL);
+  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, config, NULL, -1);
 }
 
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
-  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, NULL, NULL);
+  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, NULL, NULL, -1);
 }
 
 loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
@@ -262,10 +273,16 @@ static loomResult_t boot_broke(struct loom_comm* comm, loomResult_t r) {
   return r;
 }
 
-/* Work queued on streams must finish before the communicator goes. */
+/* Every launch prepared on the communicator (queued on streams, or running
+ * on other threads) must be released before the communicator goes. Each
+ * has deadlines of its own, and fails fast once the communicator is
+ * aborted or broken. */
 static void wait_queued(struct loom_comm* comm) {
-  if (!comm->coll) return;
-  while (atomic_load(&comm->coll->queued) > 0) usleep(1000);
+  struct coll_comm* cc = comm->coll;
+  if (!cc) return;
+  pthread_mutex_lock(&cc->idle_lock);
+  while (atomic_load(&cc->inflight) > 0) pthread_cond_wait(&cc->idle_cond, &cc->idle_lock);
+  pthread_mutex_unlock(&cc->idle_lock);
 }
 
 loomResult_t loomCommFinalize(loomComm_t handle) {
@@ -296,15 +313,11 @@ loomResult_t loomCommAbort(loomComm_t handle) {
   LOOM_CHECK(comm_end(handle, "loomCommAbort", &comm));
   atomic_store(&comm->aborted, COMM_ABORT_USER);
   comm_wake(comm);
-  join_init_thread(comm);                                  /* its waits watch the abort flag */
-  wait_queued(comm);                                       /* queued work fails fast on the flag */
+  join_init_thread(comm); /* its waits watch the abort flag */
+  /* Launches queued on streams or running on other threads notice the flag
+   * at their next wake-up and fail fast. */
+  wait_queued(comm);
   while (atomic_load(&comm->boot_users) > 0) usleep(1000); /* they watch the flag too */
-  if (comm->coll) {
-    /* An operation running on another thread notices the flag at its next
-     * wake-up; wait for it to leave before freeing what it uses. */
-    pthread_mutex_lock(&comm->coll->exec_lock);
-    pthread_mutex_unlock(&comm->coll->exec_lock);
-  }
   comm_teardown(comm, 0);
   return loomSuccess;
 }
@@ -338,7 +351,7 @@ loomResult_t loomCommCuDevice(const loomComm_t handle, int* device) {
   struct loom_comm* comm = NULL;
   LOOM_CHECK(comm_get(handle, "loomCommCuDevice", &comm));
   if (!device) return err_set(comm, loomInvalidArgument, "invalid argument: device is NULL");
-  *device = -1; /* host ranks */
+  *device = comm->cuda_dev; /* -1 for host ranks */
   return loomSuccess;
 }
 
@@ -408,7 +421,8 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
   loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
   inherit.blocking = comm->blocking;
   inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
-  r = init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit, comm);
+  r = init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit, comm,
+                comm->cuda_dev);
   if (r != loomSuccess && r != loomInProgress) r = split_failed(comm, r);
 out:
   if (all && ids) atomic_fetch_sub(&comm->boot_users, 1);
@@ -497,7 +511,7 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   }
   struct boot_id id;
   LOOM_CHECK(boot_id_from_addr(root, secret, rank == 0, &id));
-  loomResult_t r = init_rank(comm, size, &id, rank, config, NULL);
+  loomResult_t r = init_rank(comm, size, &id, rank, config, NULL, -1);
   if (r != loomSuccess && r != loomInProgress) boot_id_release(&id); /* a retry can bind again */
   return r;
 }
@@ -508,13 +522,14 @@ struct all_job {
   loomComm_t* slot;
   const struct boot_id* id;
   int n, rank;
+  int dev; /* devlist[rank], or -1 */
   loomResult_t res;
   char err[LOOM_ERR_LEN];
 };
 
 static void* all_thread(void* arg) {
   struct all_job* j = arg;
-  j->res = init_rank(j->slot, j->n, j->id, j->rank, NULL, NULL);
+  j->res = init_rank(j->slot, j->n, j->id, j->rank, NULL, NULL, j->dev);
   if (j->res != loomSuccess) snprintf(j->err, sizeof(j->err), "%s", err_thread_last());
   return NULL;
 }
@@ -522,10 +537,18 @@ static void* all_thread(void* arg) {
 loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
   if (!comms) return err_set(NULL, loomInvalidArgument, "invalid argument: comms is NULL");
   if (ndev < 1) return err_set(NULL, loomInvalidArgument, "invalid argument: ndev %d < 1", ndev);
-  if (devlist)
-    return err_set(NULL, loomInvalidUsage,
-                   "loomCommInitAll: CUDA device ranks are not available yet; pass devlist NULL "
-                   "for host ranks");
+  /* Every device is checked before any rank starts, so a bad entry fails
+   * the call at once, naming it. */
+  for (int i = 0; devlist && i < ndev; i++) {
+    struct dev_identity idn;
+    if (cuda_device_identity(devlist[i], &idn) != loomSuccess) {
+      char why[LOOM_ERR_LEN];
+      snprintf(why, sizeof(why), "%s", err_thread_last());
+      return err_set(NULL, cuda_present() ? loomInvalidArgument : loomInvalidUsage,
+                     "loomCommInitAll: devlist[%d] = %d: %s%s", i, devlist[i], why,
+                     cuda_present() ? "" : "; pass devlist NULL for host ranks");
+    }
+  }
   loomUniqueId uid;
   LOOM_CHECK(loomGetUniqueId(&uid));
   struct all_job* jobs = calloc((size_t)ndev, sizeof(*jobs));
@@ -537,8 +560,9 @@ loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
   }
   int started = 0;
   for (int i = 0; i < ndev; i++) {
-    jobs[i] =
-        (struct all_job){&comms[i], (const struct boot_id*)uid.internal, ndev, i, loomSuccess, ""};
+    jobs[i] = (struct all_job){&comms[i], (const struct boot_id*)uid.internal, ndev,
+                               i,         devlist ? devlist[i] : -1,           loomSuccess,
+                               ""};
     comms[i] = NULL;
     if (pthread_create(&th[i], NULL, all_thread, &jobs[i]) != 0) break;
     started++;

@@ -1,13 +1,17 @@
 /* exec_host.c - the host executor: runs plans over connections on the
- * calling thread (or a stream's worker).
+ * thread that runs the launch (the caller for a NULL stream, a host
+ * stream's worker), on host memory.
  *
- * Each communicator of a launch runs its tasks in order; all communicators of
- * the launch progress together, so one thread can drive several ranks of one
- * process inside a group. A step posts all its transfers at once and ends
- * when all are done. When nothing moves, the thread spins briefly and then
- * sleeps on its rank's doorbell, which peers ring when they make progress and
- * the bootstrap watcher rings when a peer fails. Every wait checks the
- * deadline, the abort flag and the communicator's health. */
+ * prepare builds every plan of the launch at call time, under each
+ * communicator's lock, and takes the launch's turn on each communicator;
+ * progress waits for the turns, then runs each communicator's plans in
+ * order, all communicators of the launch together, so one thread can drive
+ * several ranks of one process inside a group. A step posts all its
+ * transfers at once and ends when all are done. When nothing moves, the
+ * thread spins briefly and then sleeps on its rank's doorbell, which peers
+ * ring when they make progress and the bootstrap watcher rings when a peer
+ * fails. Every wait checks the deadline, the abort flag and the
+ * communicator's health. */
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,18 +20,30 @@
 #include <unistd.h>
 
 #include "collectives/coll.h"
+#include "collectives/exec.h"
 #include "core/bootstrap.h"
 #include "core/checks.h"
+#include "core/dtype.h"
 #include "core/fault.h"
 #include "core/params.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "topo/tune.h"
 #include "transport/transport.h"
 
+/* State of one transfer slot of a step. */
+enum { XF_PENDING = 0, XF_DONE = 1 };
+
+/* One plan of a run: a collective task, or consecutive sends and receives
+ * (one p2p plan). Built at prepare. */
+struct unit {
+  struct plan_obj* plan; /* a reference */
+  struct coll_task* t;   /* its first task */
+  int ntasks;
+};
+
 struct exec {
   struct loom_comm* comm;
-  const struct plan* plan; /* own, or the communicator's plan cache */
-  struct plan own;
+  const struct plan* plan;
   void** bufs;
   int nbufs;
   loomDataType_t dtype;
@@ -41,6 +57,7 @@ struct exec {
   int connected;
   int sync_wait; /* the step's sync is posted, peers not all there yet */
   struct xfer* xf;
+  uint8_t* xf_state; /* XF_* per slot of xf */
   uint32_t nxf, xf_cap;
   uint32_t fault_step; /* UINT32_MAX: none */
 };
@@ -54,12 +71,29 @@ struct comm_run {
   int lane;
   struct coll_task* tasks; /* this comm's tasks, in call order */
   int ntasks;
-  int next; /* first task not yet turned into an exec */
+  struct unit* units; /* their plans */
+  int nunits;
+  int next;                    /* first unit not yet started */
+  struct scratch_obj* scratch; /* a reference, or NULL when no plan needs one */
+  uint64_t turn;               /* the communicator's turn this launch took */
+  int first_of_comm;           /* the run that holds the comm's turn and inflight count */
   struct exec ex;
   int left_peer; /* a peer ex waits on that has left, seen once; -1: none */
   int active;    /* ex holds a plan being run */
   int done;
   struct deadline dl;
+};
+
+/* The host executor's state of one launch. */
+struct host_launch {
+  struct comm_run* runs;
+  int nruns;
+  struct coll_task* sorted; /* the tasks, grouped by run */
+  int prepared;             /* every run holds its turn */
+  int started;              /* every turn was reached */
+  /* The waiting policy of runs_progress. */
+  int spin, spin_max;
+  uint64_t yield_ns, yield_end;
 };
 
 static const char* coll_what(enum coll_kind k) {
@@ -76,37 +110,81 @@ static void* ref_ptr(const struct exec* e, struct plan_ref r) {
 }
 
 static void exec_reset(struct exec* e) {
-  plan_free(&e->own);
   e->plan = NULL;
   free(e->bufs);
   e->bufs = NULL;
   e->nbufs = 0;
 }
 
-/* Points PB_SCRATCH at the communicator's scratch, grown to what the plan
- * needs. Safe: the communicator's exec_lock is held for the whole launch. */
-static loomResult_t exec_scratch(struct exec* e) {
-  size_t need = e->plan->buf_count[PB_SCRATCH] * e->esize;
-  struct coll_comm* cc = e->comm->coll;
-  if (need > cc->scratch_bytes) {
-    void* p = malloc(need);
-    if (!p)
-      return err_set(e->comm, loomSystemError, "out of memory for %zu bytes of scratch", need);
-    free(cc->scratch);
-    cc->scratch = p;
-    cc->scratch_bytes = need;
+void scratch_obj_unref(struct scratch_obj* s) {
+  if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+  free(s->data);
+  free(s);
+}
+
+/* A reference to the communicator's scratch, grown to need bytes first.
+ * Under the communicator's exec_lock. */
+static loomResult_t scratch_take(struct loom_comm* comm, size_t need, struct scratch_obj** out) {
+  struct coll_comm* cc = comm->coll;
+  if (!cc->scratch || need > cc->scratch->bytes) {
+    struct scratch_obj* s = calloc(1, sizeof(*s));
+    void* data = malloc(need ? need : 1);
+    if (!s || !data) {
+      free(s);
+      free(data);
+      return err_set(comm, loomSystemError, "out of memory for %zu bytes of scratch", need);
+    }
+    atomic_init(&s->refs, 1);
+    s->bytes = need;
+    s->data = data;
+    scratch_obj_unref(cc->scratch); /* launches that use the old one keep it */
+    cc->scratch = s;
   }
-  e->bufs[PB_SCRATCH] = cc->scratch;
+  atomic_fetch_add(&cc->scratch->refs, 1);
+  *out = cc->scratch;
   return loomSuccess;
 }
 
-/* Turns the tasks starting at run->next into the next plan. */
-static loomResult_t exec_prepare(struct comm_run* run) {
+/* Builds the plans of a run (prepare, under the communicator's lock). */
+static loomResult_t run_build(struct comm_run* run) {
+  run->units = calloc((size_t)run->ntasks, sizeof(*run->units));
+  if (!run->units) return err_set(run->comm, loomSystemError, "out of memory");
+  size_t scratch = 0;
+  for (int i = 0; i < run->ntasks;) {
+    struct coll_task* t = &run->tasks[i];
+    struct unit* u = &run->units[run->nunits++];
+    u->t = t;
+    if (t->kind == COLL_SEND || t->kind == COLL_RECV) {
+      int n = 0;
+      while (i + n < run->ntasks && (t[n].kind == COLL_SEND || t[n].kind == COLL_RECV)) n++;
+      u->ntasks = n;
+      u->plan = plan_obj_new();
+      if (!u->plan) return err_set(run->comm, loomSystemError, "out of memory for a plan");
+      LOOM_CHECK(p2p_build(t, n, &u->plan->plan));
+      i += n;
+      continue;
+    }
+    u->ntasks = 1;
+    LOOM_CHECK(algo_plan_cached(t, &u->plan));
+    size_t need = u->plan->plan.buf_count[PB_SCRATCH] * dtype_size(t->dtype);
+    if (need > scratch) scratch = need;
+    i++;
+  }
+  if (scratch > 0) LOOM_CHECK(scratch_take(run->comm, scratch, &run->scratch));
+  return loomSuccess;
+}
+
+/* Starts the next unit of run: its buffers, and what a direct plan
+ * publishes (at run time: the previous direct plan ended with a sync that
+ * every peer passed, so none still reads what was published for it). */
+static loomResult_t exec_start(struct comm_run* run) {
   struct exec* e = &run->ex;
-  struct coll_task* t = &run->tasks[run->next];
+  struct unit* u = &run->units[run->next++];
+  struct coll_task* t = u->t;
   struct loom_comm* comm = run->comm;
   exec_reset(e);
   e->comm = comm;
+  e->plan = &u->plan->plan;
   e->step = 0;
   e->posted = 0;
   e->connected = 0;
@@ -116,8 +194,7 @@ static loomResult_t exec_prepare(struct comm_run* run) {
   e->what = coll_what(t->kind);
   e->lane = run->lane;
   if (t->kind == COLL_SEND || t->kind == COLL_RECV) {
-    int n = 0;
-    while (run->next + n < run->ntasks && (t[n].kind == COLL_SEND || t[n].kind == COLL_RECV)) n++;
+    int n = u->ntasks;
     e->bufs = calloc((size_t)(PB_USER + n), sizeof(void*));
     if (!e->bufs) return err_set(comm, loomSystemError, "out of memory");
     e->nbufs = PB_USER + n;
@@ -126,9 +203,7 @@ static loomResult_t exec_prepare(struct comm_run* run) {
     e->dtype = loomUint8;
     e->esize = 1;
     e->redop = loomSum;
-    run->next += n;
-    e->plan = &e->own;
-    return p2p_build(t, n, &e->own);
+    return loomSuccess;
   }
   /* A collective. */
   e->bufs = calloc(PB_COUNT, sizeof(void*));
@@ -136,16 +211,12 @@ static loomResult_t exec_prepare(struct comm_run* run) {
   e->nbufs = PB_COUNT;
   e->bufs[PB_SEND] = (void*)t->sendbuff;
   e->bufs[PB_RECV] = t->recvbuff;
+  e->bufs[PB_SCRATCH] = run->scratch ? run->scratch->data : NULL;
   e->dtype = t->dtype;
   e->esize = dtype_size(t->dtype);
   e->redop = redop_is_premul(t->op) || t->op == loomAvg ? loomSum : t->op;
   e->scalar = t->scalar_ptr ? t->scalar_ptr : t->scalar;
-  run->next++;
-  LOOM_CHECK(algo_plan_cached(t, &e->own, &e->plan));
-  LOOM_CHECK(exec_scratch(e));
   if (plan_is_direct(e->plan)) {
-    /* The previous direct plan ended with a sync all peers passed, so none
-     * still reads what was published for it. */
     size_t bytes[PB_COUNT];
     for (int b = 0; b < PB_COUNT; b++) bytes[b] = e->plan->buf_count[b] * e->esize;
     tp_peer_publish(comm, e->bufs, bytes);
@@ -179,8 +250,10 @@ static loomResult_t exec_post_step(struct exec* e) {
   uint32_t nops = st->op_end - st->op_begin;
   if (nops > e->xf_cap) {
     struct xfer* nx = realloc(e->xf, nops * sizeof(*nx));
-    if (!nx) return err_set(e->comm, loomSystemError, "out of memory");
-    e->xf = nx;
+    if (nx) e->xf = nx;
+    uint8_t* ns = realloc(e->xf_state, nops);
+    if (ns) e->xf_state = ns;
+    if (!nx || !ns) return err_set(e->comm, loomSystemError, "out of memory");
     e->xf_cap = nops;
   }
   e->nxf = 0;
@@ -194,6 +267,7 @@ static loomResult_t exec_post_step(struct exec* e) {
       case OP_SEND:
       case OP_RECV:
       case OP_RECV_REDUCE: {
+        e->xf_state[e->nxf] = XF_PENDING;
         struct xfer* x = &e->xf[e->nxf++];
         struct conn* c;
         memset(x, 0, sizeof(*x));
@@ -267,9 +341,12 @@ static loomResult_t exec_progress(struct exec* e, int* done_out, int* moved_out)
     int all = 1;
     for (uint32_t i = 0; i < e->nxf; i++) {
       int d;
-      if (e->xf[i].state == 1) continue;
+      if (e->xf_state[i] == XF_DONE) continue;
       LOOM_CHECK(e->xf[i].conn->tp->test(&e->xf[i], &d));
-      if (d) *moved_out = 1;
+      if (d) {
+        e->xf_state[i] = XF_DONE;
+        *moved_out = 1;
+      }
       all &= d;
     }
     if (!all) return loomSuccess;
@@ -289,7 +366,7 @@ static void exec_describe_wait(const struct exec* e, char* buf, size_t len) {
   }
   for (uint32_t i = 0; i < e->nxf; i++) {
     const struct xfer* x = &e->xf[i];
-    if (x->state == 1) continue;
+    if (e->xf_state[i] == XF_DONE) continue;
     snprintf(buf, len, "step %u of %u, %s %zu bytes %s peer %d", e->step + 1, e->plan->nsteps,
              x->conn->is_send ? "sending" : "receiving", x->bytes, x->conn->is_send ? "to" : "from",
              x->conn->peer);
@@ -327,7 +404,8 @@ static int exec_left_peer(struct exec* e) {
       if (boot_peer_left(comm, p) && tp_sync_missing(comm, p)) return p;
   for (uint32_t i = 0; i < e->nxf; i++) {
     const struct xfer* x = &e->xf[i];
-    if (x->state != 1 && !x->conn->tp->sees_close && boot_peer_left(comm, x->conn->peer))
+    if (e->xf_state[i] != XF_DONE && !x->conn->tp->sees_close &&
+        boot_peer_left(comm, x->conn->peer))
       return x->conn->peer;
   }
   return -1;
@@ -374,11 +452,11 @@ static loomResult_t run_check(struct comm_run* run) {
 static loomResult_t run_progress(struct comm_run* run, int* moved) {
   for (;;) {
     if (!run->active) {
-      if (run->next >= run->ntasks) {
+      if (run->next >= run->nunits) {
         run->done = 1;
         return loomSuccess;
       }
-      LOOM_CHECK(exec_prepare(run));
+      LOOM_CHECK(exec_start(run));
       run->active = 1;
     }
     int d = 0;
@@ -406,52 +484,99 @@ static loomResult_t root_cause(struct loom_comm* comm, loomResult_t r) {
   return r;
 }
 
-static loomResult_t runs_drive(struct comm_run* runs, int nruns) {
-  int spin = 0, spin_max = 1 << 30;
-  uint64_t yield_ns = (uint64_t)LOOM_MAX(params_get()->yield_us, 0LL) * 1000u, yield_end = 0;
-  for (int i = 0; i < nruns; i++) spin_max = LOOM_MIN(spin_max, tp_spin_count(runs[i].comm));
-  for (;;) {
-    struct comm_run* first = NULL;
-    for (int i = 0; i < nruns && !first; i++)
-      if (!runs[i].done) first = &runs[i];
-    if (!first) return loomSuccess;
-    struct bell* bell = tp_self_bell(first->comm);
-    uint32_t seen = bell_read(bell);
-    int moved = 0;
-    for (int i = 0; i < nruns; i++) {
-      if (runs[i].done) continue;
-      loomResult_t r = run_progress(&runs[i], &moved);
-      if (r != loomSuccess) return root_cause(runs[i].comm, r);
-    }
-    if (moved) {
-      spin = 0;
-      yield_end = 0;
-      continue;
-    }
-    for (int i = 0; i < nruns; i++)
-      if (!runs[i].done) LOOM_CHECK(run_check(&runs[i]));
-    if (spin < spin_max) {
-      spin++;
-      cpu_relax();
-      continue;
-    }
-    /* Then give the core away for a while before sleeping: with more ranks
-     * than cores, the peer this rank waits for is often runnable right here,
-     * and a yield hands it the core at once where a sleep and a futex
-     * wake-up cost several microseconds on each side. */
-    uint64_t now = time_now_ns();
-    if (yield_end == 0) yield_end = now + yield_ns;
-    if (now < yield_end) {
-      sched_yield();
-      continue;
-    }
-    /* With several ranks on one thread a peer's ring may land on another
-     * rank's bell: nap briefly instead of sleeping long on one. A
-     * transport's thread takes over what this thread polled. */
-    for (int i = 0; i < nruns; i++)
-      if (!runs[i].done) tp_idle(runs[i].comm); /* a second call for a comm returns at once */
-    bell_wait(bell, seen, nruns > 1 ? 200 : 100000);
+/* 1 once every communicator of the launch has reached the launch's turn. */
+static int turns_reached(const struct host_launch* h) {
+  for (int i = 0; i < h->nruns; i++)
+    if (atomic_load_explicit(&h->runs[i].comm->coll->serving, memory_order_acquire) !=
+        h->runs[i].turn)
+      return 0;
+  return 1;
+}
+
+/* While the launch waits for its turn (launches prepared earlier on its
+ * communicators still run), only a broken or aborted communicator ends the
+ * wait: the launches before it have deadlines of their own. */
+static loomResult_t turn_check(struct comm_run* run) {
+  struct loom_comm* comm = run->comm;
+  if (atomic_load(&comm->aborted))
+    return err_set(comm, loomRemoteError, "%s interrupted: the communicator was aborted",
+                   run->ex.what);
+  return comm_health(comm);
+}
+
+/* One pass: advances every run as far as it goes, then, when nothing moved,
+ * spins, yields or sleeps briefly on the doorbell (the waiting policy), so
+ * that the caller's loop neither burns a core for long nor sleeps past a
+ * ring. */
+static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
+  struct host_launch* h = l->state;
+  *done_out = 0;
+  struct comm_run* first = NULL;
+  for (int i = 0; i < h->nruns && !first; i++)
+    if (!h->runs[i].done) first = &h->runs[i];
+  if (!first) {
+    *done_out = 1;
+    return loomSuccess;
   }
+  struct bell* bell = tp_self_bell(first->comm);
+  uint32_t seen = bell_read(bell);
+  int moved = 0;
+  if (!h->started) {
+    if (turns_reached(h)) {
+      h->started = 1;
+      moved = 1;
+      if (l->cancel) {
+        *done_out = 1; /* dropped: release passes the turns on */
+        return loomSuccess;
+      }
+      /* The deadline counts from the turn: waiting behind earlier launches
+       * is theirs to bound. */
+      for (int i = 0; i < h->nruns; i++) {
+        h->runs[i].dl = deadline_in_ms(h->runs[i].comm->timeout_ms);
+        if (h->runs[i].first_of_comm) LOOM_CHECK(comm_health(h->runs[i].comm));
+      }
+    } else {
+      for (int i = 0; i < h->nruns; i++) LOOM_CHECK(turn_check(&h->runs[i]));
+    }
+  }
+  if (h->started) {
+    for (int i = 0; i < h->nruns; i++) {
+      if (h->runs[i].done) continue;
+      loomResult_t r = run_progress(&h->runs[i], &moved);
+      if (r != loomSuccess) return root_cause(h->runs[i].comm, r);
+    }
+  }
+  if (moved) {
+    h->spin = 0;
+    h->yield_end = 0;
+    return loomSuccess;
+  }
+  if (h->started)
+    for (int i = 0; i < h->nruns; i++)
+      if (!h->runs[i].done) LOOM_CHECK(run_check(&h->runs[i]));
+  if (h->spin < h->spin_max) {
+    h->spin++;
+    cpu_relax();
+    return loomSuccess;
+  }
+  /* Then give the core away for a while before sleeping: with more ranks
+   * than cores, the peer this rank waits for is often runnable right here,
+   * and a yield hands it the core at once where a sleep and a futex
+   * wake-up cost several microseconds on each side. */
+  uint64_t now = time_now_ns();
+  if (h->yield_end == 0) h->yield_end = now + h->yield_ns;
+  if (now < h->yield_end) {
+    sched_yield();
+    return loomSuccess;
+  }
+  /* With several ranks on one thread a peer's ring may land on another
+   * rank's bell: nap briefly instead of sleeping long on one. A
+   * transport's thread takes over what this thread polled. */
+  if (h->started) /* before, another launch may be running on the comm */
+    for (int i = 0; i < h->nruns; i++)
+      if (!h->runs[i].done) tp_idle(h->runs[i].comm); /* a second call returns at once */
+  bell_wait(bell, seen, h->nruns > 1 ? 200 : 100000);
+  return loomSuccess;
 }
 
 static int comm_order(const void* a, const void* b) {
@@ -466,69 +591,138 @@ static int lane_of(const struct coll_task* t) {
 }
 
 /* Groups the launch's tasks by communicator and lane, keeping their order. */
-static loomResult_t runs_make(struct coll_task* tasks, int ntasks, struct comm_run** out,
-                              int* nout) {
-  struct comm_run* runs = calloc((size_t)ntasks, sizeof(*runs));
-  struct coll_task* sorted = malloc((size_t)ntasks * sizeof(*sorted));
-  if (!runs || !sorted) {
-    free(runs);
-    free(sorted);
-    return err_set(NULL, loomSystemError, "out of memory");
-  }
+static loomResult_t runs_make(struct host_launch* h, struct coll_task* tasks, int ntasks) {
+  h->runs = calloc((size_t)ntasks, sizeof(*h->runs));
+  h->sorted = malloc((size_t)ntasks * sizeof(*h->sorted));
+  if (!h->runs || !h->sorted) return err_set(NULL, loomSystemError, "out of memory");
   int nruns = 0, pos = 0;
   for (int i = 0; i < ntasks; i++) {
     int lane = lane_of(&tasks[i]), seen = 0;
-    for (int r = 0; r < nruns; r++) seen |= runs[r].comm == tasks[i].comm && runs[r].lane == lane;
+    for (int r = 0; r < nruns; r++)
+      seen |= h->runs[r].comm == tasks[i].comm && h->runs[r].lane == lane;
     if (seen) continue;
-    runs[nruns].comm = tasks[i].comm;
-    runs[nruns].lane = lane;
-    runs[nruns].tasks = sorted + pos;
+    struct comm_run* run = &h->runs[nruns++];
+    run->comm = tasks[i].comm;
+    run->lane = lane;
+    run->tasks = h->sorted + pos;
     for (int j = i; j < ntasks; j++)
-      if (tasks[j].comm == tasks[i].comm && lane_of(&tasks[j]) == lane) sorted[pos++] = tasks[j];
-    runs[nruns].ntasks = (int)(sorted + pos - runs[nruns].tasks);
-    runs[nruns].dl = deadline_in_ms(tasks[i].comm->timeout_ms);
-    runs[nruns].left_peer = -1;
-    nruns++;
+      if (tasks[j].comm == tasks[i].comm && lane_of(&tasks[j]) == lane) h->sorted[pos++] = tasks[j];
+    run->ntasks = (int)(h->sorted + pos - run->tasks);
+    run->left_peer = -1;
+    run->ex.what = coll_what(run->tasks[0].kind);
   }
-  *out = runs;
-  *nout = nruns;
+  h->nruns = nruns;
+  /* A consistent lock order, so two threads preparing launches over the same
+   * communicators cannot deadlock on the locks, and take their turns in the
+   * same order on every communicator they share. */
+  qsort(h->runs, (size_t)nruns, sizeof(*h->runs), comm_order);
+  for (int i = 0; i < nruns; i++)
+    h->runs[i].first_of_comm = i == 0 || h->runs[i].comm != h->runs[i - 1].comm;
   return loomSuccess;
 }
 
-loomResult_t exec_tasks(struct coll_task* tasks, int ntasks) {
-  struct comm_run* runs = NULL;
-  int nruns = 0;
-  if (ntasks == 0) return loomSuccess;
-  LOOM_CHECK(runs_make(tasks, ntasks, &runs, &nruns));
-  struct coll_task* sorted = runs[0].tasks;
-  /* A consistent lock order, so two threads launching groups over the same
-   * communicators cannot deadlock on the locks. */
-  qsort(runs, (size_t)nruns, sizeof(*runs), comm_order);
+static loomResult_t host_prepare(struct exec_launch* l) {
+  struct host_launch* h = calloc(1, sizeof(*h));
+  if (!h) return err_set(NULL, loomSystemError, "out of memory");
+  l->state = h;
+  h->spin_max = 1 << 30;
+  h->yield_ns = (uint64_t)LOOM_MAX(params_get()->yield_us, 0LL) * 1000u;
+  LOOM_CHECK(runs_make(h, l->tasks, l->ntasks));
+  for (int i = 0; i < h->nruns; i++)
+    h->spin_max = LOOM_MIN(h->spin_max, tp_spin_count(h->runs[i].comm));
   loomResult_t res = loomSuccess;
-  for (int i = 0; i < nruns; i++) {
-    if (i > 0 && runs[i].comm == runs[i - 1].comm) continue; /* one lock per comm */
-    pthread_mutex_lock(&runs[i].comm->coll->exec_lock);
-    if (res == loomSuccess) res = comm_health(runs[i].comm);
+  int locked = 0;
+  for (; locked < h->nruns; locked++) {
+    struct comm_run* run = &h->runs[locked];
+    if (run->first_of_comm) pthread_mutex_lock(&run->comm->coll->exec_lock);
+    res = comm_health(run->comm);
+    if (res == loomSuccess) res = run_build(run);
+    if (res != loomSuccess) {
+      locked++;
+      break;
+    }
   }
-  if (res == loomSuccess) res = runs_drive(runs, nruns);
-  if (res != loomSuccess) {
+  if (res == loomSuccess) {
+    /* Every lock is held: the turns are taken at one moment for all of the
+     * launch's communicators. */
+    for (int i = 0; i < h->nruns; i++) {
+      struct coll_comm* cc = h->runs[i].comm->coll;
+      if (!h->runs[i].first_of_comm) {
+        h->runs[i].turn = h->runs[i - 1].turn; /* the comm's other lane */
+        continue;
+      }
+      h->runs[i].turn = cc->next_turn++;
+      atomic_fetch_add(&cc->inflight, 1);
+    }
+    h->prepared = 1;
+  }
+  for (int i = locked - 1; i >= 0; i--)
+    if (h->runs[i].first_of_comm) pthread_mutex_unlock(&h->runs[i].comm->coll->exec_lock);
+  return res;
+}
+
+static loomResult_t host_launch(struct exec_launch* l) {
+  (void)l; /* the host executor runs in progress, on the thread that drives the launch */
+  return loomSuccess;
+}
+
+static void host_release(struct exec_launch* l) {
+  struct host_launch* h = l->state;
+  if (!h) return;
+  if (l->result != loomSuccess && h->started && !l->cancel) {
     /* Transfers of an interrupted plan may still sit in connection queues,
      * some pointing into the caller's buffers: withdraw them all, and leave
      * the communicator in error. */
-    for (int i = 0; i < nruns; i++) {
-      if (runs[i].done) continue;
-      comm_set_failed(runs[i].comm, -1, res, "%s failed: %s",
-                      runs[i].ex.what ? runs[i].ex.what : "operation", err_thread_last());
-      tp_comm_cancel(runs[i].comm);
+    for (int i = 0; i < h->nruns; i++) {
+      struct comm_run* run = &h->runs[i];
+      if (run->done) continue;
+      comm_set_failed(run->comm, -1, l->result, "%s failed: %s",
+                      run->ex.what ? run->ex.what : "operation", err_thread_last());
+      tp_comm_cancel(run->comm);
     }
   }
-  for (int i = nruns - 1; i >= 0; i--) {
-    if (i == 0 || runs[i].comm != runs[i - 1].comm)
-      pthread_mutex_unlock(&runs[i].comm->coll->exec_lock);
-    exec_reset(&runs[i].ex);
-    free(runs[i].ex.xf);
+  for (int i = h->nruns - 1; i >= 0; i--) {
+    struct comm_run* run = &h->runs[i];
+    exec_reset(&run->ex);
+    free(run->ex.xf);
+    free(run->ex.xf_state);
+    for (int u = 0; u < run->nunits; u++) plan_obj_unref(run->units[u].plan);
+    free(run->units);
+    scratch_obj_unref(run->scratch);
   }
-  free(sorted);
-  free(runs);
-  return res;
+  if (h->prepared) {
+    for (int i = 0; i < h->nruns; i++) {
+      struct comm_run* run = &h->runs[i];
+      if (!run->first_of_comm) continue;
+      /* Pass the turn on. A launch that never reached its turn (its
+       * communicator broke first) passes nothing: every later launch fails
+       * on the broken communicator too. */
+      if (h->started) {
+        atomic_store_explicit(&run->comm->coll->serving, run->turn + 1, memory_order_release);
+        bell_ring(tp_self_bell(run->comm));
+      }
+      coll_inflight_done(run->comm);
+    }
+  }
+  free(h->sorted);
+  free(h->runs);
+  free(h);
+  l->state = NULL;
+}
+
+const struct loom_executor exec_host = {
+    .name = "host",
+    .mem_kinds = MEM_KIND_BIT(MEM_HOST),
+    .stream_ok = STREAM_KIND_BIT(STREAM_HOST) | STREAM_KIND_BIT(STREAM_NONE),
+    .prepare = host_prepare,
+    .launch = host_launch,
+    .progress = host_progress,
+    .release = host_release,
+};
+
+void coll_inflight_done(struct loom_comm* comm) {
+  struct coll_comm* cc = comm->coll;
+  pthread_mutex_lock(&cc->idle_lock);
+  if (atomic_fetch_sub(&cc->inflight, 1) == 1) pthread_cond_broadcast(&cc->idle_cond);
+  pthread_mutex_unlock(&cc->idle_lock);
 }

@@ -3,12 +3,14 @@
  *
  * A launch whose tasks name several streams runs on the first one; each
  * other stream gets a marker that waits for the launch, so every stream
- * involved is ordered after it, as with CUDA events. */
+ * involved is ordered after it. The launch itself is prepared at call time
+ * by its executor (collectives/exec.h). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collectives/coll.h"
+#include "collectives/exec.h"
 #include "core/checks.h"
 #include "core/stream.h"
 
@@ -16,115 +18,108 @@ static __thread int group_depth;
 static __thread struct coll_task* group_tasks;
 static __thread int group_ntasks, group_cap;
 
-struct launch {
-  struct coll_task* tasks;
-  int ntasks;
+void tasks_release(struct coll_task* tasks, int ntasks) {
+  for (int i = 0; i < ntasks; i++) free(tasks[i].v);
+  free(tasks);
+}
+
+/* A launch queued on host streams: the first stream runs it, the others
+ * wait for it (a host stream's worker has nothing else to do meanwhile;
+ * the CUDA executor orders its streams with events instead). */
+struct queued {
+  struct exec_launch* l;
   pthread_mutex_t lock;
   pthread_cond_t cond;
   int finished;
   int refs;
 };
 
-void tasks_release(struct coll_task* tasks, int ntasks) {
-  for (int i = 0; i < ntasks; i++) free(tasks[i].v);
-  free(tasks);
-}
-
-static void launch_unref(struct launch* l) {
-  pthread_mutex_lock(&l->lock);
-  int last = --l->refs == 0;
-  pthread_mutex_unlock(&l->lock);
+static void queued_unref(struct queued* q) {
+  pthread_mutex_lock(&q->lock);
+  int last = --q->refs == 0;
+  pthread_mutex_unlock(&q->lock);
   if (!last) return;
-  pthread_mutex_destroy(&l->lock);
-  pthread_cond_destroy(&l->cond);
-  tasks_release(l->tasks, l->ntasks);
-  free(l);
+  pthread_mutex_destroy(&q->lock);
+  pthread_cond_destroy(&q->cond);
+  free(q);
 }
 
-/* Frees a launch that was never queued. */
-static void launch_unref_init(struct launch* l) {
-  pthread_mutex_destroy(&l->lock);
-  pthread_cond_destroy(&l->cond);
-  tasks_release(l->tasks, l->ntasks);
-  free(l);
-}
-
-static loomResult_t launch_run(void* arg) {
-  struct launch* l = arg;
-  loomResult_t r = exec_tasks(l->tasks, l->ntasks);
-  for (int i = 0; i < l->ntasks; i++) atomic_fetch_sub(&l->tasks[i].comm->coll->queued, 1);
-  pthread_mutex_lock(&l->lock);
-  l->finished = 1;
-  pthread_cond_broadcast(&l->cond);
-  pthread_mutex_unlock(&l->lock);
+static loomResult_t queued_run(void* arg) {
+  struct queued* q = arg;
+  loomResult_t r = exec_launch_run(q->l);
+  q->l = NULL;
+  pthread_mutex_lock(&q->lock);
+  q->finished = 1;
+  pthread_cond_broadcast(&q->cond);
+  pthread_mutex_unlock(&q->lock);
   return r;
 }
 
-static loomResult_t launch_wait(void* arg) {
-  struct launch* l = arg;
-  pthread_mutex_lock(&l->lock);
-  while (!l->finished) pthread_cond_wait(&l->cond, &l->lock);
-  pthread_mutex_unlock(&l->lock);
+/* The launch always finishes (its waits have deadlines), so neither does
+ * this wait need one of its own. */
+static loomResult_t queued_wait(void* arg) {
+  struct queued* q = arg;
+  pthread_mutex_lock(&q->lock);
+  while (!q->finished) pthread_cond_wait(&q->cond, &q->lock);
+  pthread_mutex_unlock(&q->lock);
   return loomSuccess;
 }
 
-static void launch_free(void* arg) {
-  launch_unref(arg);
+static void queued_free(void* arg) {
+  queued_unref(arg);
 }
 
-static loomResult_t launch_on_streams(struct coll_task* tasks, int ntasks,
-                                      struct loom_stream* first) {
-  struct launch* l = calloc(1, sizeof(*l));
-  if (!l) {
-    tasks_release(tasks, ntasks);
-    return err_set(NULL, loomSystemError, "out of memory");
-  }
-  l->tasks = tasks;
-  l->ntasks = ntasks;
-  pthread_mutex_init(&l->lock, NULL);
-  pthread_cond_init(&l->cond, NULL);
+static loomResult_t launch_on_streams(struct exec_launch* l, struct loom_stream* first) {
+  struct queued* q = calloc(1, sizeof(*q));
   /* Every stream involved: the first runs the launch, the others wait for
    * it. All references are taken before anything is queued, since a worker
    * may run and release its share at once. */
-  struct loom_stream** streams = malloc((size_t)ntasks * sizeof(*streams));
-  if (!streams) {
-    launch_unref_init(l);
+  struct loom_stream** streams = malloc((size_t)l->ntasks * sizeof(*streams));
+  if (!q || !streams) {
+    free(q);
+    free(streams);
+    exec_launch_drop(l);
     return err_set(NULL, loomSystemError, "out of memory");
   }
+  q->l = l;
+  pthread_mutex_init(&q->lock, NULL);
+  pthread_cond_init(&q->cond, NULL);
   int nstreams = 0;
   streams[nstreams++] = first;
-  for (int i = 0; i < ntasks; i++) {
-    struct loom_stream* s = tasks[i].stream;
+  for (int i = 0; i < l->ntasks; i++) {
+    struct loom_stream* s = l->tasks[i].stream;
     int seen = !s;
     for (int j = 0; j < nstreams && !seen; j++) seen = streams[j] == s;
     if (!seen) streams[nstreams++] = s;
   }
-  l->refs = nstreams;
-  for (int i = 0; i < ntasks; i++) atomic_fetch_add(&tasks[i].comm->coll->queued, 1);
-  struct stream_work w = {launch_run, launch_free, l};
+  q->refs = nstreams;
+  struct stream_work w = {queued_run, queued_free, q};
   loomResult_t r = stream_enqueue(first, &w);
   if (r != loomSuccess) {
-    for (int i = 0; i < ntasks; i++) atomic_fetch_sub(&tasks[i].comm->coll->queued, 1);
     free(streams);
-    launch_unref_init(l);
+    exec_launch_drop(l);
+    q->refs = 1;
+    queued_unref(q);
     return r;
   }
   for (int k = 1; k < nstreams; k++) {
-    struct stream_work wait = {launch_wait, launch_free, l};
-    if (stream_enqueue(streams[k], &wait) != loomSuccess) launch_unref(l);
+    struct stream_work wait = {queued_wait, queued_free, q};
+    if (stream_enqueue(streams[k], &wait) != loomSuccess) queued_unref(q);
   }
   free(streams);
   return loomSuccess;
 }
 
-/* Takes ownership of tasks (malloc'd). */
+/* Takes ownership of tasks (malloc'd). The launch is prepared here, on the
+ * calling thread, so that it takes its turn on each communicator in the
+ * order of the calls; then it runs now (NULL stream) or on its stream. */
 static loomResult_t launch(struct coll_task* tasks, int ntasks) {
   struct loom_stream* first = NULL;
   for (int i = 0; i < ntasks && !first; i++) first = tasks[i].stream;
-  if (first) return launch_on_streams(tasks, ntasks, first);
-  loomResult_t r = exec_tasks(tasks, ntasks);
-  tasks_release(tasks, ntasks);
-  return r;
+  struct exec_launch* l;
+  LOOM_CHECK(exec_launch_prepare(tasks, ntasks, &l));
+  if (first) return launch_on_streams(l, first);
+  return exec_launch_run(l);
 }
 
 loomResult_t group_submit(const struct coll_task* t) {

@@ -20,6 +20,7 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
   }
   c->rank = rank;
   c->nranks = nranks;
+  c->cuda_dev = -1;
   c->blocking = 1;
   c->timeout_ms = params_get()->timeout_ms;
   if (config) {

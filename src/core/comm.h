@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/memkind.h"
 #include "core/params.h"
 #include "core/util.h"
 #include "loom.h"
@@ -20,8 +21,9 @@
 struct peer_info {
   int32_t rank;
   int32_t pid;
-  int32_t cuda_dev; /* -1 for host ranks */
+  int32_t cuda_dev; /* the device ordinal in its own process; -1 for host ranks */
   int32_t pad0;
+  struct dev_identity dev;              /* comparable across processes; all zero for host ranks */
   uint64_t host_id;                     /* host_id_get(): boot id + network namespace */
   uint64_t process_token;               /* process_token_get() */
   uint64_t machine_id;                  /* machine_id_get(): whose cores this rank shares */
@@ -44,6 +46,7 @@ struct loom_comm {
   char name[64];
   int blocking;
   long long timeout_ms;
+  int cuda_dev; /* the CUDA device the communicator is bound to; -1: host ranks */
 
   struct peer_info* peers; /* nranks rows, from the bootstrap */
   struct bootstrap* boot;

@@ -1,5 +1,6 @@
-/* stream.c - host streams: calls on a stream return at once and their work
- * runs in order on the stream's worker thread. */
+/* stream.c - streams: host streams (calls on a stream return at once and
+ * their work runs in order on the stream's worker thread), and the wrappers
+ * of CUDA streams. */
 #include "core/stream.h"
 
 #include <limits.h>
@@ -11,6 +12,7 @@
 #include "core/checks.h"
 #include "core/comm.h"
 #include "core/handle.h"
+#include "core/memkind.h"
 
 struct work_item {
   struct stream_work w;
@@ -18,7 +20,9 @@ struct work_item {
 };
 
 struct loom_stream {
-  uint64_t handle; /* what the user holds (loomStream_t) */
+  uint64_t handle; /* what the user holds (loomStream_t); 0 for a borrowed view */
+  enum stream_kind kind;
+  void* cuda; /* STREAM_CUDA: the cudaStream_t */
   pthread_t worker;
   pthread_mutex_t lock;
   /* Two conditions, so that neither side wakes the other for nothing: the
@@ -116,12 +120,59 @@ loomResult_t loomStreamCreate(loomStream_t* stream) {
 }
 
 loomResult_t loomStreamCreateFromCuda(loomStream_t* stream, void* cudaStream) {
+  (void)stream;
+  (void)cudaStream;
+  if (!cuda_present())
+    return err_set(NULL, loomInvalidUsage,
+                   "loomStreamCreateFromCuda: no CUDA driver on this machine (libcuda.so.1 not "
+                   "found, or it reports no device)");
   return err_set(NULL, loomInvalidUsage,
-                 "loomStreamCreateFromCuda is not available yet: this build of Loom has no CUDA "
-                 "device path");
+                 "loomStreamCreateFromCuda: this build of Loom has no CUDA executor yet; use host "
+                 "buffers with loomStreamCreate or a NULL stream");
+}
+
+loomResult_t loomStreamGetCuda(loomStream_t stream, void** cudaStream) {
+  struct loom_stream* s = NULL;
+  if (!cudaStream)
+    return err_set(NULL, loomInvalidArgument,
+                   "invalid argument: loomStreamGetCuda: cudaStream pointer is NULL");
+  LOOM_CHECK(stream_get(stream, "loomStreamGetCuda", &s));
+  *cudaStream = s->cuda;
+  return loomSuccess;
+}
+
+enum stream_kind stream_kind_of(const struct loom_stream* s) {
+  return s ? s->kind : STREAM_NONE;
+}
+
+void* stream_cuda(const struct loom_stream* s) {
+  return s ? s->cuda : NULL;
+}
+
+const char* stream_kind_name(enum stream_kind k) {
+  switch (k) {
+    case STREAM_HOST:
+      return "host stream";
+    case STREAM_CUDA:
+      return "CUDA stream";
+    case STREAM_NONE:
+      return "NULL stream (the calling thread)";
+    default:
+      return "stream of unknown kind";
+  }
+}
+
+struct loom_stream* stream_borrow_cuda(void* cuda_stream) {
+  static __thread struct loom_stream view;
+  memset(&view, 0, sizeof(view));
+  view.kind = STREAM_CUDA;
+  view.cuda = cuda_stream;
+  return &view;
 }
 
 loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w) {
+  if (s->kind != STREAM_HOST)
+    return err_set(NULL, loomInternalError, "work queued on a %s", stream_kind_name(s->kind));
   struct work_item* it = malloc(sizeof(*it));
   if (!it) return err_set(NULL, loomSystemError, "out of memory queueing work on a stream");
   it->w = *w;

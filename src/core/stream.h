@@ -1,9 +1,20 @@
-/* stream.h - host streams: an ordered queue of work run by one worker
- * thread. Generic: the core knows nothing of what the work is. */
+/* stream.h - streams: where work runs, in order. A stream has a kind:
+ *  - host: an ordered queue of work run by the stream's own worker thread
+ *    (loomStreamCreate). Generic: the core knows nothing of the work;
+ *  - CUDA: a cudaStream_t that work is enqueued on (loomStreamCreateFromCuda
+ *    wraps one and owns the wrapper; stream_borrow_cuda wraps one for a
+ *    single call without a handle, for callers such as an NCCL drop-in that
+ *    pass a raw cudaStream_t on every call and destroy streams without
+ *    telling Loom).
+ * The NULL stream is no stream: the call runs on the calling thread. */
 #ifndef LOOM_CORE_STREAM_H
 #define LOOM_CORE_STREAM_H
 
 #include "loom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* A unit of work. run() returns the work's result and may block; free()
  * releases arg afterwards (may be NULL). */
@@ -15,12 +26,31 @@ struct stream_work {
 
 struct loom_stream;
 
+enum stream_kind { STREAM_HOST = 0, STREAM_CUDA = 1, STREAM_NONE = 2, STREAM_KIND_COUNT };
+#define STREAM_KIND_BIT(k) (1u << (k))
+
+/* The kind of s; STREAM_NONE for NULL (the calling thread). */
+enum stream_kind stream_kind_of(const struct loom_stream* s);
+/* The cudaStream_t that s wraps; NULL for host streams and NULL. */
+void* stream_cuda(const struct loom_stream* s);
+/* "host stream", "CUDA stream", "NULL stream (the calling thread)". */
+const char* stream_kind_name(enum stream_kind k);
+/* A CUDA stream view of cuda_stream for one call on this thread: valid
+ * until the thread's next stream_borrow_cuda. Nothing to release; work is
+ * never queued on it (stream_enqueue refuses), only enqueued on the CUDA
+ * stream by an executor that copies the cudaStream_t. */
+struct loom_stream* stream_borrow_cuda(void* cuda_stream);
+
 /* The stream of a handle from the user; loomInvalidArgument naming fn and
  * what is wrong with the handle (destroyed, not a stream) otherwise. A NULL
  * handle is the caller's to allow (NULL stream: run now). Lock-free. */
 loomResult_t stream_get(loomStream_t handle, const char* fn, struct loom_stream** out);
-/* Queues work on s. Never blocks on the work. On failure the work is
- * neither run nor freed. */
+/* Queues work on host stream s. Never blocks on the work. On failure the
+ * work is neither run nor freed. */
 loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1123,19 +1123,26 @@ INSTANTIATE_TEST_SUITE_P(Cases, BadInit,
                                             ::testing::ValuesIn(kSetups)),
                          bad_init_name);
 
-// ---- Not available yet -------------------------------------------------------------
+// ---- Not available here -------------------------------------------------------------
 
-// Every rank calls what is not available yet (CUDA device ranks): it returns
-// loomInvalidUsage at once, saying so, and touches nothing; then the
-// communicator works as before. (The collectives are tested in
-// test_collectives*.cc, the memory calls in test_memory.cc.)
+// Every rank asks for CUDA device ranks on a device this machine does not
+// have: loomInvalidUsage at once where there is no CUDA driver at all
+// ("no CUDA driver"), loomInvalidArgument where there is one (the device
+// does not exist); either way it names the devlist entry and touches
+// nothing; then the communicator works as before. (The collectives are
+// tested in test_collectives*.cc, the memory calls in test_memory.cc.)
 void not_available_body(const Ctx& c) {
-  // CUDA device ranks are not available yet either.
   loomComm_t dev[2] = {nullptr, nullptr};
-  const int devlist[2] = {0, 0};
-  EXPECT_EQ(loomCommInitAll(dev, 2, devlist), loomInvalidUsage);
-  EXPECT_NE(lower(loomGetLastError(nullptr)).find("not available"), std::string::npos)
-      << loomGetLastError(nullptr);
+  const int devlist[2] = {1 << 20, 1 << 20};
+  loomResult_t r = loomCommInitAll(dev, 2, devlist);
+  std::string err = lower(loomGetLastError(nullptr));
+  EXPECT_NE(err.find("devlist[0] = 1048576"), std::string::npos) << err;
+  if (r == loomInvalidUsage) {
+    EXPECT_NE(err.find("no cuda driver"), std::string::npos) << err;
+  } else {
+    EXPECT_EQ(r, loomInvalidArgument) << err;
+    EXPECT_NE(err.find("does not exist"), std::string::npos) << err;
+  }
   EXPECT_EQ(dev[0], nullptr);
   EXPECT_EQ(dev[1], nullptr);
   Bufs b = make_bufs(c.rank);
@@ -1144,7 +1151,7 @@ void not_available_body(const Ctx& c) {
 
 class NotAvailable : public ::testing::TestWithParam<Setup> {};
 
-TEST_P(NotAvailable, ReturnsInvalidUsageSayingSo) {
+TEST_P(NotAvailable, RefusedAtOnceSayingWhy) {
   harness::Opts o;
   o.comm_timeout_ms = kCommTimeoutMs;
   o.timeout_s = 120;

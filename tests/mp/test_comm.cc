@@ -318,11 +318,22 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CommInitAll, ::testing::Range(1, 9),
                            return "n" + std::to_string(i.param);
                          });
 
-TEST(CommInitAllArgs, DevlistIsInvalidUsage) {
+// A devlist naming a device that does not exist fails at once, naming the
+// entry: loomInvalidUsage where there is no CUDA driver at all (device 0 is
+// refused), loomInvalidArgument where there is one (device 1 << 20 is).
+TEST(CommInitAllArgs, DevlistOfMissingDevicesIsRefused) {
   loomComm_t comms[2] = {nullptr, nullptr};
-  int devs[2] = {0, 1};
-  EXPECT_EQ(loomCommInitAll(comms, 2, devs), loomInvalidUsage);
-  EXPECT_STRNE(loomGetLastError(NULL), "") << "the failure must be explained";
+  int devs[2] = {0, 1 << 20};
+  loomResult_t r = loomCommInitAll(comms, 2, devs);
+  std::string err = loomGetLastError(NULL);
+  if (r == loomInvalidUsage) {
+    EXPECT_NE(err.find("devlist[0] = 0: CUDA device 0: no CUDA driver"), std::string::npos) << err;
+  } else {
+    EXPECT_EQ(r, loomInvalidArgument) << err;
+    EXPECT_NE(err.find("devlist[1] = 1048576"), std::string::npos) << err;
+  }
+  EXPECT_EQ(comms[0], nullptr);
+  EXPECT_EQ(comms[1], nullptr);
 }
 
 // ---- loomCommInitFromEnv -----------------------------------------------------

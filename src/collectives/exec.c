@@ -1,0 +1,99 @@
+/* exec.c - choosing an executor for a launch, and a launch's life:
+ * prepare, launch, progress to the end, release (collectives/exec.h). */
+#include "collectives/exec.h"
+
+#include <stdlib.h>
+
+#include "collectives/coll.h"
+#include "core/checks.h"
+
+/* Every executor of this build. A CUDA executor joins the list when CUDA
+ * is compiled in. */
+static const struct loom_executor* const executors[] = {&exec_host};
+#define NEXEC (sizeof(executors) / sizeof(executors[0]))
+
+const struct loom_executor* exec_pick(const struct loom_stream* s, enum mem_kind k) {
+  unsigned sk = STREAM_KIND_BIT(stream_kind_of(s));
+  for (size_t i = 0; i < NEXEC; i++)
+    if ((executors[i]->stream_ok & sk) && (executors[i]->mem_kinds & MEM_KIND_BIT(k)))
+      return executors[i];
+  return NULL;
+}
+
+int exec_serves(const struct loom_stream* s, enum mem_kind k) {
+  return exec_pick(s, k) != NULL;
+}
+
+const char* exec_refusal(const struct loom_stream* s, enum mem_kind k) {
+  enum stream_kind sk = stream_kind_of(s);
+  if (k == MEM_CUDA && sk != STREAM_CUDA)
+    return sk == STREAM_NONE
+               ? "a NULL stream cannot serve: it runs the call on the calling thread, "
+                 "for host memory only; pass a CUDA stream"
+               : "a host stream cannot serve; pass a CUDA stream";
+  if (k == MEM_CUDA) return "this build of Loom cannot serve yet: it has no CUDA executor";
+  if (sk == STREAM_CUDA)
+    return "a CUDA stream cannot serve in this build; pass a host stream or NULL";
+  return "no executor of this build can serve";
+}
+
+loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exec_launch** out) {
+  *out = NULL;
+  struct loom_stream* first = NULL;
+  for (int i = 0; i < ntasks && !first; i++) first = tasks[i].stream;
+  /* One executor runs the whole launch: every task's memory must be its. */
+  const struct loom_executor* ex = exec_pick(first, tasks[0].mem);
+  for (int i = 0; i < ntasks && ex; i++)
+    if (!(ex->mem_kinds & MEM_KIND_BIT(tasks[i].mem))) ex = NULL;
+  if (!ex) {
+    loomResult_t r =
+        err_set(tasks[0].comm, loomInvalidUsage,
+                "a group mixes %s memory with calls that the %s executor cannot serve: launch "
+                "them in separate groups",
+                mem_kind_name(tasks[0].mem), stream_kind_name(stream_kind_of(first)));
+    tasks_release(tasks, ntasks);
+    return r;
+  }
+  struct exec_launch* l = calloc(1, sizeof(*l));
+  if (!l) {
+    tasks_release(tasks, ntasks);
+    return err_set(tasks[0].comm, loomSystemError, "out of memory");
+  }
+  l->tasks = tasks;
+  l->ntasks = ntasks;
+  l->ex = ex;
+  loomResult_t r = ex->prepare(l);
+  if (r != loomSuccess) {
+    ex->release(l);
+    tasks_release(tasks, ntasks);
+    free(l);
+    return r;
+  }
+  *out = l;
+  return loomSuccess;
+}
+
+static void launch_free(struct exec_launch* l) {
+  l->ex->release(l);
+  tasks_release(l->tasks, l->ntasks);
+  free(l);
+}
+
+loomResult_t exec_launch_run(struct exec_launch* l) {
+  loomResult_t r = l->ex->launch(l);
+  int done = 0;
+  while (r == loomSuccess && !done) r = l->ex->progress(l, &done);
+  l->result = r;
+  launch_free(l);
+  return r;
+}
+
+void exec_launch_drop(struct exec_launch* l) {
+  l->cancel = 1;
+  int done = 0;
+  loomResult_t r = loomSuccess;
+  /* It waits for its turn, so that the turn passes on in order. */
+  while (r == loomSuccess && !done) r = l->ex->progress(l, &done);
+  l->result = r;
+  launch_free(l);
+}
