@@ -54,7 +54,7 @@ static loomResult_t call_begin(struct call* c, const char* fn, loomComm_t comm,
  * peer. */
 static loomResult_t check_size(const struct call* c, const char* name, size_t count, size_t mult,
                                size_t esize, size_t* bytes_out) {
-  size_t elems, bytes;
+  size_t elems = 0, bytes = 0;
   if (!__builtin_mul_overflow(count, mult, &elems) &&
       !__builtin_mul_overflow(elems, esize, &bytes) && bytes <= (size_t)PTRDIFF_MAX) {
     *bytes_out = bytes;
@@ -102,7 +102,7 @@ static loomResult_t check_kind(struct call* c, const char* name, const void* p) 
 static loomResult_t check_buf(struct call* c, const char* name, const void* p, size_t count,
                               size_t mult, size_t esize, size_t* bytes_out) {
   char why[256];
-  size_t bytes;
+  size_t bytes = 0;
   LOOM_CHECK(check_size(c, name, count, mult, esize, &bytes));
   if (bytes > 0 && !p) {
     snprintf(why, sizeof(why), "%s is NULL with %zu bytes to %s", name, bytes,
@@ -163,7 +163,7 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                            loomStream_t stream) {
   struct call c;
-  size_t bytes;
+  size_t bytes = 0;
   LOOM_CHECK(call_begin(&c, "loomAllReduce", comm, datatype, stream));
   size_t es = dtype_size(datatype);
   LOOM_CHECK(check_buf(&c, "sendbuff", sendbuff, count, 1, es, &bytes));
@@ -209,7 +209,7 @@ loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            loomDataType_t datatype, int root, loomComm_t comm,
                            loomStream_t stream) {
   struct call c;
-  size_t bytes;
+  size_t bytes = 0;
   LOOM_CHECK(call_begin(&c, "loomBroadcast", comm, datatype, stream));
   LOOM_CHECK(check_root(&c, root, "root"));
   size_t es = dtype_size(datatype);
@@ -227,7 +227,7 @@ loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
                         loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
   struct call c;
-  size_t bytes;
+  size_t bytes = 0;
   LOOM_CHECK(call_begin(&c, "loomReduce", comm, datatype, stream));
   LOOM_CHECK(check_root(&c, root, "root"));
   size_t es = dtype_size(datatype);
@@ -246,7 +246,7 @@ loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loom
 loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
   struct call c;
-  size_t sbytes, rbytes;
+  size_t sbytes = 0, rbytes = 0;
   LOOM_CHECK(call_begin(&c, "loomAllGather", comm, datatype, stream));
   size_t es = dtype_size(datatype), n = (size_t)c.comm->nranks;
   LOOM_CHECK(check_buf(&c, "sendbuff", sendbuff, sendcount, 1, es, &sbytes));
@@ -263,7 +263,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                                loomStream_t stream) {
   struct call c;
-  size_t sbytes, rbytes;
+  size_t sbytes = 0, rbytes = 0;
   LOOM_CHECK(call_begin(&c, "loomReduceScatter", comm, datatype, stream));
   size_t es = dtype_size(datatype), n = (size_t)c.comm->nranks;
   LOOM_CHECK(check_buf(&c, "sendbuff", sendbuff, recvcount, n, es, &sbytes));
@@ -281,7 +281,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 loomResult_t loomAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
   struct call c;
-  size_t bytes;
+  size_t bytes = 0;
   LOOM_CHECK(call_begin(&c, "loomAlltoAll", comm, datatype, stream));
   size_t es = dtype_size(datatype), n = (size_t)c.comm->nranks;
   LOOM_CHECK(check_buf(&c, "sendbuff", sendbuff, count, n, es, &bytes));
@@ -317,7 +317,7 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[], cons
                            void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
                            loomDataType_t datatype, loomComm_t comm, loomStream_t stream) {
   struct call c;
-  size_t sext, rext, sbytes, rbytes;
+  size_t sext = 0, rext = 0, sbytes = 0, rbytes = 0;
   LOOM_CHECK(call_begin(&c, "loomAlltoAllv", comm, datatype, stream));
   if (!sendcounts || !sdispls || !recvcounts || !rdispls)
     return bad(c.comm, c.fn, "a count or displacement array is NULL");
@@ -350,7 +350,7 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[], cons
 loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                         loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
   struct call c;
-  size_t sbytes, rbytes;
+  size_t sbytes = 0, rbytes = 0;
   LOOM_CHECK(call_begin(&c, "loomGather", comm, datatype, stream));
   LOOM_CHECK(check_root(&c, root, "root"));
   size_t es = dtype_size(datatype), n = (size_t)c.comm->nranks;
@@ -372,7 +372,7 @@ loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
 loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                          loomDataType_t datatype, int root, loomComm_t comm, loomStream_t stream) {
   struct call c;
-  size_t sbytes, rbytes;
+  size_t sbytes = 0, rbytes = 0;
   LOOM_CHECK(call_begin(&c, "loomScatter", comm, datatype, stream));
   LOOM_CHECK(check_root(&c, root, "root"));
   size_t es = dtype_size(datatype), n = (size_t)c.comm->nranks;

@@ -92,6 +92,7 @@ struct coll_comm {
    * runs once serving reaches it; it passes the turn on when released. */
   uint64_t next_turn;       /* under exec_lock */
   _Atomic uint64_t serving; /* the turn allowed to run now */
+  _Atomic int turn_waiters; /* launches waiting for their turn (release rings only for them) */
   pthread_mutex_t ops_lock;
   struct premul_op ops[COLL_MAX_PREMUL];
   pthread_mutex_t reg_lock;

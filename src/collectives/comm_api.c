@@ -69,6 +69,7 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
   pthread_cond_init(&cc->idle_cond, NULL);
   atomic_init(&cc->inflight, 0);
   atomic_init(&cc->serving, 0);
+  atomic_init(&cc->turn_waiters, 0);
   comm->coll = cc;
   /* One set of constants for the whole communicator: rank 0's. */
   struct tune_consts* all = calloc((size_t)comm->nranks, sizeof(*all));
@@ -365,11 +366,13 @@ loomResult_t loomCommCuDevice(const loomComm_t handle, int* device) {
  * for the parent to name the cause. */
 static loomResult_t split_failed(struct loom_comm* comm, loomResult_t r) {
   struct deadline grace = deadline_in_ms(1500);
+  struct bell* bell = tp_self_bell(comm); /* the parent's: comm_set_failed rings it */
   for (;;) {
+    uint32_t seen = bell_read(bell);
     loomResult_t health = comm_health(comm); /* copies the cause to this thread */
     if (health != loomSuccess) return health;
     if (r != loomRemoteError || deadline_passed(&grace)) break;
-    usleep(2000);
+    bell_wait(bell, seen, LOOM_MAX(deadline_left_ms(&grace), 1LL) * 1000);
   }
   pthread_mutex_lock(&comm->err_lock);
   snprintf(comm->last_error, sizeof(comm->last_error), "%s", err_thread_last());

@@ -54,7 +54,9 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
     tasks_release(tasks, ntasks);
     return r;
   }
-  struct exec_launch* l = calloc(1, sizeof(*l));
+  /* The launch and the executor's state in one block. */
+  size_t head = (sizeof(struct exec_launch) + 15) & ~(size_t)15;
+  struct exec_launch* l = calloc(1, head + ex->state_size(ntasks));
   if (!l) {
     tasks_release(tasks, ntasks);
     return err_set(tasks[0].comm, loomSystemError, "out of memory");
@@ -62,6 +64,7 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
   l->tasks = tasks;
   l->ntasks = ntasks;
   l->ex = ex;
+  l->state = (char*)l + head;
   loomResult_t r = ex->prepare(l);
   if (r != loomSuccess) {
     ex->release(l);

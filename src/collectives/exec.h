@@ -36,6 +36,9 @@ struct loom_executor {
   const char* name;   /* "host", "cuda" */
   unsigned mem_kinds; /* MEM_KIND_BIT of each memory kind it can work on */
   unsigned stream_ok; /* STREAM_KIND_BIT of each stream kind that runs it (NULL: host) */
+  /* Bytes of state a launch of ntasks tasks needs: allocated (zeroed) with
+   * the launch, in one block, as l->state. */
+  size_t (*state_size)(int ntasks);
   loomResult_t (*prepare)(struct exec_launch* l);
   loomResult_t (*launch)(struct exec_launch* l);
   loomResult_t (*progress)(struct exec_launch* l, int* done_out);

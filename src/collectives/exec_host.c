@@ -44,11 +44,13 @@ struct unit {
 struct exec {
   struct loom_comm* comm;
   const struct plan* plan;
-  void** bufs;
+  void** bufs; /* bufs_inline, or allocated for a p2p plan with more buffers */
+  void* bufs_inline[PB_COUNT];
   int nbufs;
   loomDataType_t dtype;
   size_t esize;
   loomRedOp_t redop; /* built-in op for reductions */
+  enum mem_kind mem; /* of every buffer of the plan */
   const void* scalar;
   const char* what;
   int lane; /* LANE_COLL or LANE_P2P */
@@ -57,7 +59,7 @@ struct exec {
   int connected;
   int sync_wait; /* the step's sync is posted, peers not all there yet */
   struct xfer* xf;
-  uint8_t* xf_state; /* XF_* per slot of xf */
+  uint8_t* xf_state; /* XF_* per slot of xf (in xf's block) */
   uint32_t nxf, xf_cap;
   uint32_t fault_step; /* UINT32_MAX: none */
 };
@@ -71,7 +73,7 @@ struct comm_run {
   int lane;
   struct coll_task* tasks; /* this comm's tasks, in call order */
   int ntasks;
-  struct unit* units; /* their plans */
+  struct unit* units; /* their plans (room for ntasks, in the launch's block) */
   int nunits;
   int next;                    /* first unit not yet started */
   struct scratch_obj* scratch; /* a reference, or NULL when no plan needs one */
@@ -91,10 +93,17 @@ struct host_launch {
   struct coll_task* sorted; /* the tasks, grouped by run */
   int prepared;             /* every run holds its turn */
   int started;              /* every turn was reached */
+  int waiting;              /* counted in turn_waiters of each of its comms */
   /* The waiting policy of runs_progress. */
   int spin, spin_max;
   uint64_t yield_ns, yield_end;
 };
+
+/* The launch's block (host_prepare): each part starts aligned. */
+_Static_assert(sizeof(struct host_launch) % _Alignof(struct comm_run) == 0 &&
+                   sizeof(struct comm_run) % _Alignof(struct coll_task) == 0 &&
+                   sizeof(struct coll_task) % _Alignof(struct unit) == 0,
+               "host_launch block layout");
 
 static const char* coll_what(enum coll_kind k) {
   static const char* names[COLL_KIND_COUNT] = {
@@ -111,9 +120,21 @@ static void* ref_ptr(const struct exec* e, struct plan_ref r) {
 
 static void exec_reset(struct exec* e) {
   e->plan = NULL;
-  free(e->bufs);
+  if (e->bufs != e->bufs_inline) free(e->bufs);
   e->bufs = NULL;
   e->nbufs = 0;
+}
+
+/* Points e->bufs at room for n buffers, all NULL. */
+static loomResult_t exec_bufs(struct exec* e, int n) {
+  if (n <= PB_COUNT) {
+    e->bufs = e->bufs_inline;
+    memset(e->bufs_inline, 0, sizeof(e->bufs_inline));
+  } else if (!(e->bufs = calloc((size_t)n, sizeof(void*)))) {
+    return err_set(e->comm, loomSystemError, "out of memory");
+  }
+  e->nbufs = n;
+  return loomSuccess;
 }
 
 void scratch_obj_unref(struct scratch_obj* s) {
@@ -147,8 +168,6 @@ static loomResult_t scratch_take(struct loom_comm* comm, size_t need, struct scr
 
 /* Builds the plans of a run (prepare, under the communicator's lock). */
 static loomResult_t run_build(struct comm_run* run) {
-  run->units = calloc((size_t)run->ntasks, sizeof(*run->units));
-  if (!run->units) return err_set(run->comm, loomSystemError, "out of memory");
   size_t scratch = 0;
   for (int i = 0; i < run->ntasks;) {
     struct coll_task* t = &run->tasks[i];
@@ -193,11 +212,10 @@ static loomResult_t exec_start(struct comm_run* run) {
   e->fault_step = UINT32_MAX;
   e->what = coll_what(t->kind);
   e->lane = run->lane;
+  e->mem = t->mem;
   if (t->kind == COLL_SEND || t->kind == COLL_RECV) {
     int n = u->ntasks;
-    e->bufs = calloc((size_t)(PB_USER + n), sizeof(void*));
-    if (!e->bufs) return err_set(comm, loomSystemError, "out of memory");
-    e->nbufs = PB_USER + n;
+    LOOM_CHECK(exec_bufs(e, PB_USER + n));
     for (int k = 0; k < n; k++)
       e->bufs[PB_USER + k] = t[k].kind == COLL_SEND ? (void*)t[k].sendbuff : t[k].recvbuff;
     e->dtype = loomUint8;
@@ -206,9 +224,7 @@ static loomResult_t exec_start(struct comm_run* run) {
     return loomSuccess;
   }
   /* A collective. */
-  e->bufs = calloc(PB_COUNT, sizeof(void*));
-  if (!e->bufs) return err_set(comm, loomSystemError, "out of memory");
-  e->nbufs = PB_COUNT;
+  LOOM_CHECK(exec_bufs(e, PB_COUNT));
   e->bufs[PB_SEND] = (void*)t->sendbuff;
   e->bufs[PB_RECV] = t->recvbuff;
   e->bufs[PB_SCRATCH] = run->scratch ? run->scratch->data : NULL;
@@ -249,11 +265,12 @@ static loomResult_t exec_post_step(struct exec* e) {
   const struct plan_step* st = &e->plan->steps[e->step];
   uint32_t nops = st->op_end - st->op_begin;
   if (nops > e->xf_cap) {
-    struct xfer* nx = realloc(e->xf, nops * sizeof(*nx));
-    if (nx) e->xf = nx;
-    uint8_t* ns = realloc(e->xf_state, nops);
-    if (ns) e->xf_state = ns;
-    if (!nx || !ns) return err_set(e->comm, loomSystemError, "out of memory");
+    /* The transfers and their states in one block. */
+    struct xfer* nx = malloc(nops * (sizeof(*nx) + 1));
+    if (!nx) return err_set(e->comm, loomSystemError, "out of memory");
+    free(e->xf);
+    e->xf = nx;
+    e->xf_state = (uint8_t*)(nx + nops);
     e->xf_cap = nops;
   }
   e->nxf = 0;
@@ -274,7 +291,14 @@ static loomResult_t exec_post_step(struct exec* e) {
         x->bytes = bytes;
         x->dtype = e->dtype;
         x->op = e->redop;
+        x->mem = e->mem;
         LOOM_CHECK(tp_conn_get(e->comm, op->peer, op->kind == OP_SEND, e->lane, &c));
+        if (!(c->tp->caps.mem_kinds & MEM_KIND_BIT(e->mem)) ||
+            (op->kind == OP_RECV_REDUCE && !c->tp->caps.fused_reduce))
+          return err_set(e->comm, loomInternalError,
+                         "transport %s cannot %s %s memory (peer %d): no plan should use it so",
+                         c->tp->name, op->kind == OP_RECV_REDUCE ? "receive and reduce" : "move",
+                         mem_kind_name(e->mem), op->peer);
         if (op->kind == OP_SEND) {
           x->src = src;
           LOOM_CHECK(c->tp->send_post(c, x));
@@ -476,10 +500,12 @@ static loomResult_t root_cause(struct loom_comm* comm, loomResult_t r) {
    * to wait for: a report from rank 0 (another rank failed because of the
    * departure) comes within moments or not at all. */
   struct deadline grace = deadline_in_ms(boot_left_count(comm) > 0 ? 200 : 1500);
+  struct bell* bell = tp_self_bell(comm); /* comm_set_failed rings it */
   while (!deadline_passed(&grace)) {
+    uint32_t seen = bell_read(bell);
     int e = atomic_load(&comm->async_error);
     if (e != loomSuccess && e != loomInProgress) return comm_health(comm);
-    usleep(5000);
+    bell_wait(bell, seen, LOOM_MAX(deadline_left_ms(&grace), 1LL) * 1000);
   }
   return r;
 }
@@ -487,10 +513,17 @@ static loomResult_t root_cause(struct loom_comm* comm, loomResult_t r) {
 /* 1 once every communicator of the launch has reached the launch's turn. */
 static int turns_reached(const struct host_launch* h) {
   for (int i = 0; i < h->nruns; i++)
-    if (atomic_load_explicit(&h->runs[i].comm->coll->serving, memory_order_acquire) !=
-        h->runs[i].turn)
-      return 0;
+    if (atomic_load(&h->runs[i].comm->coll->serving) != h->runs[i].turn) return 0;
   return 1;
+}
+
+/* Counts h in (on 1) or out of (on 0) the turn waiters of its
+ * communicators: a release rings the doorbell only when someone waits. */
+static void turn_waiting(struct host_launch* h, int on) {
+  h->waiting = on;
+  for (int i = 0; i < h->nruns; i++)
+    if (h->runs[i].first_of_comm)
+      atomic_fetch_add(&h->runs[i].comm->coll->turn_waiters, on ? 1 : -1);
 }
 
 /* While the launch waits for its turn (launches prepared earlier on its
@@ -525,6 +558,7 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
     if (turns_reached(h)) {
       h->started = 1;
       moved = 1;
+      if (h->waiting) turn_waiting(h, 0);
       if (l->cancel) {
         *done_out = 1; /* dropped: release passes the turns on */
         return loomSuccess;
@@ -535,6 +569,11 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
         h->runs[i].dl = deadline_in_ms(h->runs[i].comm->timeout_ms);
         if (h->runs[i].first_of_comm) LOOM_CHECK(comm_health(h->runs[i].comm));
       }
+    } else if (!h->waiting) {
+      /* Counted before looking again: a release that passes a turn on
+       * after this rings the bell, one before it is seen by the look. */
+      turn_waiting(h, 1);
+      moved = 1;
     } else {
       for (int i = 0; i < h->nruns; i++) LOOM_CHECK(turn_check(&h->runs[i]));
     }
@@ -590,11 +629,12 @@ static int lane_of(const struct coll_task* t) {
   return t->kind == COLL_SEND || t->kind == COLL_RECV ? LANE_P2P : LANE_COLL;
 }
 
-/* Groups the launch's tasks by communicator and lane, keeping their order. */
-static loomResult_t runs_make(struct host_launch* h, struct coll_task* tasks, int ntasks) {
-  h->runs = calloc((size_t)ntasks, sizeof(*h->runs));
-  h->sorted = malloc((size_t)ntasks * sizeof(*h->sorted));
-  if (!h->runs || !h->sorted) return err_set(NULL, loomSystemError, "out of memory");
+/* Groups the launch's tasks by communicator and lane, keeping their order
+ * (h's block holds the runs, the sorted tasks and the units). */
+static void runs_make(struct host_launch* h, struct coll_task* tasks, int ntasks) {
+  h->runs = (struct comm_run*)(h + 1);
+  h->sorted = (struct coll_task*)(h->runs + ntasks);
+  struct unit* units = (struct unit*)(h->sorted + ntasks);
   int nruns = 0, pos = 0;
   for (int i = 0; i < ntasks; i++) {
     int lane = lane_of(&tasks[i]), seen = 0;
@@ -605,6 +645,7 @@ static loomResult_t runs_make(struct host_launch* h, struct coll_task* tasks, in
     run->comm = tasks[i].comm;
     run->lane = lane;
     run->tasks = h->sorted + pos;
+    run->units = units + pos;
     for (int j = i; j < ntasks; j++)
       if (tasks[j].comm == tasks[i].comm && lane_of(&tasks[j]) == lane) h->sorted[pos++] = tasks[j];
     run->ntasks = (int)(h->sorted + pos - run->tasks);
@@ -618,16 +659,20 @@ static loomResult_t runs_make(struct host_launch* h, struct coll_task* tasks, in
   qsort(h->runs, (size_t)nruns, sizeof(*h->runs), comm_order);
   for (int i = 0; i < nruns; i++)
     h->runs[i].first_of_comm = i == 0 || h->runs[i].comm != h->runs[i - 1].comm;
-  return loomSuccess;
+}
+
+/* The state, then ntasks runs, sorted tasks and units. */
+static size_t host_state_size(int ntasks) {
+  return sizeof(struct host_launch) +
+         (size_t)ntasks *
+             (sizeof(struct comm_run) + sizeof(struct coll_task) + sizeof(struct unit));
 }
 
 static loomResult_t host_prepare(struct exec_launch* l) {
-  struct host_launch* h = calloc(1, sizeof(*h));
-  if (!h) return err_set(NULL, loomSystemError, "out of memory");
-  l->state = h;
+  struct host_launch* h = l->state; /* zeroed, host_state_size bytes */
   h->spin_max = 1 << 30;
   h->yield_ns = (uint64_t)LOOM_MAX(params_get()->yield_us, 0LL) * 1000u;
-  LOOM_CHECK(runs_make(h, l->tasks, l->ntasks));
+  runs_make(h, l->tasks, l->ntasks);
   for (int i = 0; i < h->nruns; i++)
     h->spin_max = LOOM_MIN(h->spin_max, tp_spin_count(h->runs[i].comm));
   loomResult_t res = loomSuccess;
@@ -685,11 +730,10 @@ static void host_release(struct exec_launch* l) {
     struct comm_run* run = &h->runs[i];
     exec_reset(&run->ex);
     free(run->ex.xf);
-    free(run->ex.xf_state);
     for (int u = 0; u < run->nunits; u++) plan_obj_unref(run->units[u].plan);
-    free(run->units);
     scratch_obj_unref(run->scratch);
   }
+  if (h->waiting) turn_waiting(h, 0);
   if (h->prepared) {
     for (int i = 0; i < h->nruns; i++) {
       struct comm_run* run = &h->runs[i];
@@ -698,22 +742,20 @@ static void host_release(struct exec_launch* l) {
        * communicator broke first) passes nothing: every later launch fails
        * on the broken communicator too. */
       if (h->started) {
-        atomic_store_explicit(&run->comm->coll->serving, run->turn + 1, memory_order_release);
-        bell_ring(tp_self_bell(run->comm));
+        atomic_store(&run->comm->coll->serving, run->turn + 1);
+        if (atomic_load(&run->comm->coll->turn_waiters) > 0) bell_ring(tp_self_bell(run->comm));
       }
       coll_inflight_done(run->comm);
     }
   }
-  free(h->sorted);
-  free(h->runs);
-  free(h);
-  l->state = NULL;
+  l->state = NULL; /* freed with the launch */
 }
 
 const struct loom_executor exec_host = {
     .name = "host",
     .mem_kinds = MEM_KIND_BIT(MEM_HOST),
     .stream_ok = STREAM_KIND_BIT(STREAM_HOST) | STREAM_KIND_BIT(STREAM_NONE),
+    .state_size = host_state_size,
     .prepare = host_prepare,
     .launch = host_launch,
     .progress = host_progress,

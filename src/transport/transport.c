@@ -66,13 +66,63 @@ loomResult_t tp_comm_init_none(struct loom_comm* comm, int used) {
   return loomSuccess;
 }
 
+void tp_idle_none(struct loom_comm* comm) {
+  (void)comm;
+}
+
+loomResult_t tp_mem_reg_none(struct loom_comm* comm, void* buf, size_t bytes, int kind,
+                             void** handle_out) {
+  (void)buf;
+  (void)bytes;
+  (void)kind;
+  (void)handle_out;
+  return err_set(comm, loomInvalidUsage,
+                 "this transport registers no memory: its transfers need no registration");
+}
+
+loomResult_t tp_mem_dereg_none(struct loom_comm* comm, void* handle) {
+  (void)handle;
+  return err_set(comm, loomInvalidUsage,
+                 "this transport registers no memory: there is nothing to deregister");
+}
+
+loomResult_t tp_table_check(const struct loom_transport* t) {
+  if (t->size != sizeof(*t))
+    return err_set(NULL, loomInternalError,
+                   "transport %s: its table is %zu bytes, this build's is %zu (built for another "
+                   "version of Loom)",
+                   t->name ? t->name : "(unnamed)", t->size, sizeof(*t));
+  const char* missing = !t->name             ? "name"
+                        : !t->caps.mem_kinds ? "caps.mem_kinds"
+                        : !t->can_connect    ? "can_connect"
+                        : !t->connect        ? "connect"
+                        : !t->connect_test   ? "connect_test"
+                        : !t->send_post      ? "send_post"
+                        : !t->recv_post      ? "recv_post"
+                        : !t->test           ? "test"
+                        : !t->cancel         ? "cancel"
+                        : !t->close          ? "close"
+                        : !t->comm_init      ? "comm_init"
+                        : !t->comm_fini      ? "comm_fini"
+                        : !t->idle           ? "idle"
+                        : !t->mem_reg        ? "mem_reg"
+                        : !t->mem_dereg      ? "mem_dereg"
+                                             : NULL;
+  if (missing)
+    return err_set(NULL, loomInternalError,
+                   "transport %s: slot %s is empty (unsupported slots point to the tp_*_none "
+                   "stubs)",
+                   t->name ? t->name : "(unnamed)", missing);
+  return loomSuccess;
+}
+
 void tp_helper_thread_add(struct loom_comm* comm) {
   comm->tp->helper_threads++;
 }
 
 void tp_idle(struct loom_comm* comm) {
   for (int i = 0; i < NTRANSPORTS; i++)
-    if (all_transports[i]->idle && comm->tp->state[i]) all_transports[i]->idle(comm);
+    if (comm->tp->state[i]) all_transports[i]->idle(comm);
 }
 
 void** tp_comm_state(struct loom_comm* comm, const struct loom_transport* t) {
@@ -102,8 +152,10 @@ loomResult_t tp_comm_init(struct loom_comm* comm) {
    * reachable by name or descriptor. */
   LOOM_CHECK(boot_barrier(comm, &dl));
   rankseg_shared(comm, &tp->segs);
-  for (int i = 0; i < NTRANSPORTS; i++)
+  for (int i = 0; i < NTRANSPORTS; i++) {
+    LOOM_CHECK(tp_table_check(all_transports[i]));
     tp->allowed[i] = tp_transport_allowed(all_transports[i]->name);
+  }
   LOOM_CHECK(transports_comm_init(comm));
   /* A transport's own thread (sockets' network thread) needs a core too:
    * spinning would take it. Ranks of other hosts on this machine (network

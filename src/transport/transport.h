@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/comm.h"
+#include "core/memkind.h"
 #include "core/util.h"
 #include "loom.h"
 
@@ -27,7 +28,8 @@ struct xfer {
   void* dst;       /* receive: where the data lands */
   const void* src; /* send: the data. receive with reduce: the local operand */
   size_t bytes;    /* the message size; both ends must agree */
-  int reduce;      /* receive only: 1 means dst = src op incoming */
+  int reduce;      /* receive only: 1 means dst = src op incoming (caps.fused_reduce) */
+  int mem;         /* enum mem_kind of dst and src (caps.mem_kinds) */
   loomDataType_t dtype;
   loomRedOp_t op; /* built-in op for the reduce (loomAvg reduces as sum) */
   /* Transport state. */
@@ -38,8 +40,27 @@ struct xfer {
   struct xfer* next; /* the connection's queue */
 };
 
+/* What a transport can do, for the layers that choose one. */
+struct tp_caps {
+  unsigned mem_kinds; /* MEM_KIND_BIT of each memory kind its transfers may name */
+  /* 1: a send completes only once the receiver has taken the data (the
+   * sender's buffer is read in place); 0: the data is copied out (eager,
+   * with flow control), so a send may complete before its receive is
+   * posted. Plans are proved deadlock-free for rendezvous either way. */
+  int rendezvous;
+  /* 1: recv_post takes reduce = 1 (dst = src op incoming) itself, fused with
+   * the receive; measured faster than a receive and a separate reduction on
+   * host memory (docs/PERFORMANCE.md). */
+  int fused_reduce;
+};
+
+/* Every slot is set: one a transport does not support points to a shared
+ * stub (tp_mem_reg_none, tp_idle_none, ...) that says so. tp_comm_init
+ * refuses a table with a NULL slot or of another size. */
 struct loom_transport {
+  size_t size;      /* sizeof(struct loom_transport): a table built for another layout is refused */
   const char* name; /* "local", "shm", ... */
+  struct tp_caps caps;
   /* 1 when a transfer with a peer that closed its end (it left the
    * communicator) fails by itself once everything the peer sent has
    * arrived (sockets: the close follows the last byte on each stream). 0
@@ -82,11 +103,27 @@ struct loom_transport {
    * releases what the transport shares for it (names a failed peer may have
    * left behind). failed: the communicator is in error. Never blocks. */
   void (*comm_fini)(struct loom_comm* comm, int failed);
-  /* Optional. The executor of comm is about to sleep on its doorbell: what
-   * the transport's own thread must watch while nobody polls, it watches
-   * from now on. Cheap when there is nothing to hand over. */
+  /* The executor of comm is about to sleep on its doorbell: what the
+   * transport's own thread must watch while nobody polls, it watches from
+   * now on. Cheap when there is nothing to hand over (tp_idle_none). */
   void (*idle)(struct loom_comm* comm);
+  /* Registers [buf, buf + bytes) of memory kind kind for transfers over
+   * this transport on comm (pinning, keys a NIC needs); *handle_out is
+   * passed back to mem_dereg. tp_mem_reg_none: loomInvalidUsage saying the
+   * transport registers nothing (its transfers need no registration). */
+  loomResult_t (*mem_reg)(struct loom_comm* comm, void* buf, size_t bytes, int kind,
+                          void** handle_out);
+  loomResult_t (*mem_dereg)(struct loom_comm* comm, void* handle);
 };
+
+/* The stubs of unsupported slots. */
+void tp_idle_none(struct loom_comm* comm);
+loomResult_t tp_mem_reg_none(struct loom_comm* comm, void* buf, size_t bytes, int kind,
+                             void** handle_out);
+loomResult_t tp_mem_dereg_none(struct loom_comm* comm, void* handle);
+/* loomSuccess when t is a complete table of this build's layout; otherwise
+ * loomInternalError naming the transport and the first missing slot. */
+loomResult_t tp_table_check(const struct loom_transport* t);
 
 /* Fields every connection starts with; transports embed it first. */
 struct conn {

@@ -271,7 +271,9 @@ static loomResult_t local_close(struct conn* base) {
 static void local_comm_fini(struct loom_comm* comm, int failed) {}
 
 const struct loom_transport loom_transport_local = {
+    .size = sizeof(struct loom_transport),
     .name = "local",
+    .caps = {.mem_kinds = MEM_KIND_BIT(MEM_HOST), .rendezvous = 1, .fused_reduce = 1},
     .can_connect = local_can_connect,
     .connect = local_connect,
     .connect_test = local_connect_test,
@@ -282,4 +284,7 @@ const struct loom_transport loom_transport_local = {
     .close = local_close,
     .comm_init = tp_comm_init_none,
     .comm_fini = local_comm_fini,
+    .idle = tp_idle_none,
+    .mem_reg = tp_mem_reg_none,
+    .mem_dereg = tp_mem_dereg_none,
 };

@@ -391,7 +391,9 @@ static void shm_comm_fini(struct loom_comm* comm, int failed) {
 }
 
 const struct loom_transport loom_transport_shm = {
+    .size = sizeof(struct loom_transport),
     .name = "shm",
+    .caps = {.mem_kinds = MEM_KIND_BIT(MEM_HOST), .rendezvous = 0, .fused_reduce = 1},
     .can_connect = shm_can_connect,
     .connect = shm_connect,
     .connect_test = shm_connect_test,
@@ -402,4 +404,7 @@ const struct loom_transport loom_transport_shm = {
     .close = shm_close,
     .comm_init = tp_comm_init_none,
     .comm_fini = shm_comm_fini,
+    .idle = tp_idle_none,
+    .mem_reg = tp_mem_reg_none,
+    .mem_dereg = tp_mem_dereg_none,
 };

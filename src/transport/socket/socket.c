@@ -375,7 +375,9 @@ static void socket_comm_fini(struct loom_comm* comm, int failed) {
 }
 
 const struct loom_transport loom_transport_socket = {
+    .size = sizeof(struct loom_transport),
     .name = "socket",
+    .caps = {.mem_kinds = MEM_KIND_BIT(MEM_HOST), .rendezvous = 0, .fused_reduce = 1},
     .sees_close = 1,
     .can_connect = socket_can_connect,
     .connect = socket_connect,
@@ -388,4 +390,6 @@ const struct loom_transport loom_transport_socket = {
     .comm_init = socket_comm_init,
     .comm_fini = socket_comm_fini,
     .idle = socket_idle,
+    .mem_reg = tp_mem_reg_none,
+    .mem_dereg = tp_mem_dereg_none,
 };
