@@ -510,10 +510,18 @@ static loomResult_t root_cause(struct loom_comm* comm, loomResult_t r) {
   return r;
 }
 
-/* 1 once every communicator of the launch has reached the launch's turn. */
+/* 1 once every communicator of the launch has reached the launch's turn,
+ * or is broken or aborted (its turns may never come: the launch then
+ * starts only to fail at once, and its release passes the turns of its
+ * other communicators on, so none of their later launches waits for it). */
 static int turns_reached(const struct host_launch* h) {
-  for (int i = 0; i < h->nruns; i++)
-    if (atomic_load(&h->runs[i].comm->coll->serving) != h->runs[i].turn) return 0;
+  for (int i = 0; i < h->nruns; i++) {
+    struct loom_comm* comm = h->runs[i].comm;
+    if (atomic_load(&comm->coll->serving) == h->runs[i].turn) continue;
+    int e = atomic_load(&comm->async_error);
+    if (atomic_load(&comm->aborted) || (e != loomSuccess && e != loomInProgress)) continue;
+    return 0;
+  }
   return 1;
 }
 
@@ -526,9 +534,10 @@ static void turn_waiting(struct host_launch* h, int on) {
       atomic_fetch_add(&h->runs[i].comm->coll->turn_waiters, on ? 1 : -1);
 }
 
-/* While the launch waits for its turn (launches prepared earlier on its
- * communicators still run), only a broken or aborted communicator ends the
- * wait: the launches before it have deadlines of their own. */
+/* Checked when the launch's turns have come: a broken or aborted
+ * communicator fails it before anything moves. (The wait for the turns has
+ * no deadline of its own: the launches before it have theirs, and a broken
+ * or aborted communicator ends it, see turns_reached.) */
 static loomResult_t turn_check(struct comm_run* run) {
   struct loom_comm* comm = run->comm;
   if (atomic_load(&comm->aborted))
@@ -567,15 +576,13 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
        * is theirs to bound. */
       for (int i = 0; i < h->nruns; i++) {
         h->runs[i].dl = deadline_in_ms(h->runs[i].comm->timeout_ms);
-        if (h->runs[i].first_of_comm) LOOM_CHECK(comm_health(h->runs[i].comm));
+        if (h->runs[i].first_of_comm) LOOM_CHECK(turn_check(&h->runs[i]));
       }
     } else if (!h->waiting) {
       /* Counted before looking again: a release that passes a turn on
        * after this rings the bell, one before it is seen by the look. */
       turn_waiting(h, 1);
       moved = 1;
-    } else {
-      for (int i = 0; i < h->nruns; i++) LOOM_CHECK(turn_check(&h->runs[i]));
     }
   }
   if (h->started) {
@@ -738,9 +745,8 @@ static void host_release(struct exec_launch* l) {
     for (int i = 0; i < h->nruns; i++) {
       struct comm_run* run = &h->runs[i];
       if (!run->first_of_comm) continue;
-      /* Pass the turn on. A launch that never reached its turn (its
-       * communicator broke first) passes nothing: every later launch fails
-       * on the broken communicator too. */
+      /* Pass the turn on. A launch that has not started failed in
+       * prepare (it holds no turn) or was never run. */
       if (h->started) {
         atomic_store(&run->comm->coll->serving, run->turn + 1);
         if (atomic_load(&run->comm->coll->turn_waiters) > 0) bell_ring(tp_self_bell(run->comm));
