@@ -5,7 +5,8 @@
 set -euo pipefail
 
 # iproute2 (ip, ss, tc) and nftables: the network suite's hosts in namespaces
-# (tests/net); util-linux (mount, setpriv, unshare) is part of every Debian.
+# (tests/net); util-linux (setpriv, unshare) and mount are part of every Debian (the network
+# suite skips, saying so, where a tool it needs is missing).
 # python3 and gnuplot-nox: the perf tools' JSON check and perf/plot.
 # clang-format: scripts/format.sh --check, the first step of scripts/test.sh.
 LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables

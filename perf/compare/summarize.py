@@ -368,6 +368,22 @@ def network_lines(net):
     return out
 
 
+
+def machine_state_lines(out, meta):
+    """The load averages sampled during the run (load.txt) and the memcpy bandwidth, as lines."""
+    lines = []
+    load_path = os.path.join(out, "load.txt")
+    if os.path.exists(load_path):
+        with open(load_path) as fh:
+            samples = [line.split() for line in fh if line.strip()]
+        lines.append("Load average (1, 5, 15 min; ours included while we run) %s." % ", ".join(
+            "%s %s" % (f[0], "/".join(f[1:])) for f in samples))
+    mc = meta.get("memcpy") or {}
+    if mc:
+        lines.append("memcpy bandwidth (perf/compare/memcpy_bw, 256 MiB, best of 7): %s."
+                     % ", ".join("%s thread(s) %.2f GB/s" % (t, v) for t, v in sorted(mc.items())))
+    return lines
+
 def write_summary(out, docs, meta, placement):
     nranks_all = sorted({n for (_, _, n) in docs})
     net = meta.get("network")
@@ -385,16 +401,7 @@ def write_summary(out, docs, meta, placement):
                  meta.get("date"), meta.get("mode"), meta.get("repeats")))
     vers = meta.get("versions") or {}
     md.append("Versions: %s." % "; ".join("%s: %s" % (LABEL.get(k, k), v) for k, v in vers.items() if v))
-    load_path = os.path.join(out, "load.txt")
-    if os.path.exists(load_path):
-        with open(load_path) as fh:
-            samples = [line.split() for line in fh if line.strip()]
-        md.append("Load average (1, 5, 15 min; ours included while we run) %s." % ", ".join(
-            "%s %s" % (f[0], "/".join(f[1:])) for f in samples))
-    mc = meta.get("memcpy") or {}
-    if mc:
-        md.append("memcpy bandwidth (perf/compare/memcpy_bw, 256 MiB, best of 7): %s."
-                  % ", ".join("%s thread(s) %.2f GB/s" % (t, v) for t, v in sorted(mc.items())))
+    md += machine_state_lines(out, meta)
     if net:
         md += [""] + network_lines(net)
     md += ["", "Float32, sum where the collective reduces; %s columns; busbw as nccl-tests "
@@ -589,16 +596,7 @@ def write_against_summary(out, runs, meta, placement):
               "%s to %s." % (m.get("hostname"), m.get("nproc") or m.get("cpus"), m.get("cpu_model"),
                              m.get("mem_gib"), meta.get("date"), meta.get("mode"), meta.get("repeats"),
                              fmt_size(ag["sizes"][0]), fmt_size(ag["sizes"][1])))
-    load_path = os.path.join(out, "load.txt")
-    if os.path.exists(load_path):
-        with open(load_path) as fh:
-            samples = [line.split() for line in fh if line.strip()]
-        md.append("Load average (1, 5, 15 min; ours included while we run) %s." % ", ".join(
-            "%s %s" % (f[0], "/".join(f[1:])) for f in samples))
-    mc = meta.get("memcpy") or {}
-    if mc:
-        md.append("memcpy bandwidth (perf/compare/memcpy_bw, 256 MiB, best of 7): %s."
-                  % ", ".join("%s thread(s) %.2f GB/s" % (t, v) for t, v in sorted(mc.items())))
+    md += machine_state_lines(out, meta)
     md += ["", "| side | revision | subject | build | libloom its perf tools load |", "|---|---|---|---|---|"]
     for s, name in ((rev, "REV"), (work, "working tree")):
         what = "`%s` (%s)" % (s["short"], s["sha"])

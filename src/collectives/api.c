@@ -88,7 +88,7 @@ static loomResult_t check_kind(struct call* c, const char* name, const void* p) 
              name, mem_kind_name(k), c->mem_first, mem_kind_name(c->mem));
     return bad(c->comm, c->fn, why);
   }
-  if (!exec_serves(c->stream, k)) {
+  if (!exec_pick(c->stream, k)) {
     snprintf(why, sizeof(why), "%s is %s memory, which %s", name, mem_kind_name(k),
              exec_refusal(c->stream, k));
     return bad(c->comm, c->fn, why);

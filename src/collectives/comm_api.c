@@ -105,6 +105,7 @@ static void self_info(const struct loom_comm* comm, struct peer_info* self) {
   memset(self, 0, sizeof(*self));
   self->rank = comm->rank;
   self->pid = (int32_t)getpid();
+  cuda_notice(); /* a program that uses CUDA has loaded its driver by now */
   self->cuda_dev = comm->cuda_dev;
   /* The device's identity, for peers in other processes (its ordinal means
    * nothing to them). Checked already by whoever bound the rank. */
@@ -365,15 +366,9 @@ loomResult_t loomCommCuDevice(const loomComm_t handle, int* device) {
  * member before the parent's watcher does: a remote error waits a moment
  * for the parent to name the cause. */
 static loomResult_t split_failed(struct loom_comm* comm, loomResult_t r) {
-  struct deadline grace = deadline_in_ms(1500);
-  struct bell* bell = tp_self_bell(comm); /* the parent's: comm_set_failed rings it */
-  for (;;) {
-    uint32_t seen = bell_read(bell);
-    loomResult_t health = comm_health(comm); /* copies the cause to this thread */
-    if (health != loomSuccess) return health;
-    if (r != loomRemoteError || deadline_passed(&grace)) break;
-    bell_wait(bell, seen, LOOM_MAX(deadline_left_ms(&grace), 1LL) * 1000);
-  }
+  if (r == loomRemoteError) comm_await_failure(comm, tp_self_bell(comm), 1500);
+  loomResult_t health = comm_health(comm); /* copies the cause to this thread */
+  if (health != loomSuccess) return health;
   pthread_mutex_lock(&comm->err_lock);
   snprintf(comm->last_error, sizeof(comm->last_error), "%s", err_thread_last());
   pthread_mutex_unlock(&comm->err_lock);

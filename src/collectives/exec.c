@@ -20,10 +20,6 @@ const struct loom_executor* exec_pick(const struct loom_stream* s, enum mem_kind
   return NULL;
 }
 
-int exec_serves(const struct loom_stream* s, enum mem_kind k) {
-  return exec_pick(s, k) != NULL;
-}
-
 const char* exec_refusal(const struct loom_stream* s, enum mem_kind k) {
   enum stream_kind sk = stream_kind_of(s);
   if (k == MEM_CUDA && sk != STREAM_CUDA)

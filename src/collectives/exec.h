@@ -63,10 +63,9 @@ extern const struct loom_executor exec_host;
 /* The executor for work on stream s (NULL: run now on the calling thread)
  * over memory of kind k; NULL when there is none in this build. */
 const struct loom_executor* exec_pick(const struct loom_stream* s, enum mem_kind k);
-/* 1 when some executor of this build can run work on s over memory of kind
- * k; exec_refusal says why not, for a message: "a host stream cannot ...".
- * Static text or thread-local; valid until the next call. */
-int exec_serves(const struct loom_stream* s, enum mem_kind k);
+/* Why no executor of this build can run work on s over memory of kind k
+ * (exec_pick NULL), for a message: "a host stream cannot serve; ...".
+ * Static text. */
 const char* exec_refusal(const struct loom_stream* s, enum mem_kind k);
 
 /* Makes a launch of tasks (taking ownership of them, also on failure) and

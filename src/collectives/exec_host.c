@@ -46,7 +46,6 @@ struct exec {
   const struct plan* plan;
   void** bufs; /* bufs_inline, or allocated for a p2p plan with more buffers */
   void* bufs_inline[PB_COUNT];
-  int nbufs;
   loomDataType_t dtype;
   size_t esize;
   loomRedOp_t redop; /* built-in op for reductions */
@@ -79,6 +78,11 @@ struct comm_run {
   struct scratch_obj* scratch; /* a reference, or NULL when no plan needs one */
   uint64_t turn;               /* the communicator's turn this launch took */
   int first_of_comm;           /* the run that holds the comm's turn and inflight count */
+  /* The launch started with the communicator serving its turn. Not so when
+   * the communicator was broken or aborted (turns_reached): an earlier
+   * launch may still be on it, so this one neither cancels its
+   * connections nor passes its turn. */
+  int owns;
   struct exec ex;
   int left_peer; /* a peer ex waits on that has left, seen once; -1: none */
   int active;    /* ex holds a plan being run */
@@ -122,7 +126,6 @@ static void exec_reset(struct exec* e) {
   e->plan = NULL;
   if (e->bufs != e->bufs_inline) free(e->bufs);
   e->bufs = NULL;
-  e->nbufs = 0;
 }
 
 /* Points e->bufs at room for n buffers, all NULL. */
@@ -133,7 +136,6 @@ static loomResult_t exec_bufs(struct exec* e, int n) {
   } else if (!(e->bufs = calloc((size_t)n, sizeof(void*)))) {
     return err_set(e->comm, loomSystemError, "out of memory");
   }
-  e->nbufs = n;
   return loomSuccess;
 }
 
@@ -499,15 +501,8 @@ static loomResult_t root_cause(struct loom_comm* comm, loomResult_t r) {
    * the closed connection is most likely its own, and there is no failure
    * to wait for: a report from rank 0 (another rank failed because of the
    * departure) comes within moments or not at all. */
-  struct deadline grace = deadline_in_ms(boot_left_count(comm) > 0 ? 200 : 1500);
-  struct bell* bell = tp_self_bell(comm); /* comm_set_failed rings it */
-  while (!deadline_passed(&grace)) {
-    uint32_t seen = bell_read(bell);
-    int e = atomic_load(&comm->async_error);
-    if (e != loomSuccess && e != loomInProgress) return comm_health(comm);
-    bell_wait(bell, seen, LOOM_MAX(deadline_left_ms(&grace), 1LL) * 1000);
-  }
-  return r;
+  long long grace_ms = boot_left_count(comm) > 0 ? 200 : 1500;
+  return comm_await_failure(comm, tp_self_bell(comm), grace_ms) ? comm_health(comm) : r;
 }
 
 /* 1 once every communicator of the launch has reached the launch's turn,
@@ -568,6 +563,8 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
       h->started = 1;
       moved = 1;
       if (h->waiting) turn_waiting(h, 0);
+      for (int i = 0; i < h->nruns; i++)
+        h->runs[i].owns = atomic_load(&h->runs[i].comm->coll->serving) == h->runs[i].turn;
       if (l->cancel) {
         *done_out = 1; /* dropped: release passes the turns on */
         return loomSuccess;
@@ -720,7 +717,6 @@ static loomResult_t host_launch(struct exec_launch* l) {
 
 static void host_release(struct exec_launch* l) {
   struct host_launch* h = l->state;
-  if (!h) return;
   if (l->result != loomSuccess && h->started && !l->cancel) {
     /* Transfers of an interrupted plan may still sit in connection queues,
      * some pointing into the caller's buffers: withdraw them all, and leave
@@ -730,7 +726,7 @@ static void host_release(struct exec_launch* l) {
       if (run->done) continue;
       comm_set_failed(run->comm, -1, l->result, "%s failed: %s",
                       run->ex.what ? run->ex.what : "operation", err_thread_last());
-      tp_comm_cancel(run->comm);
+      if (run->owns) tp_comm_cancel(run->comm);
     }
   }
   for (int i = h->nruns - 1; i >= 0; i--) {
@@ -745,16 +741,14 @@ static void host_release(struct exec_launch* l) {
     for (int i = 0; i < h->nruns; i++) {
       struct comm_run* run = &h->runs[i];
       if (!run->first_of_comm) continue;
-      /* Pass the turn on. A launch that has not started failed in
-       * prepare (it holds no turn) or was never run. */
-      if (h->started) {
+      /* Pass the turn on, when this launch holds it (see owns). */
+      if (h->started && run->owns) {
         atomic_store(&run->comm->coll->serving, run->turn + 1);
         if (atomic_load(&run->comm->coll->turn_waiters) > 0) bell_ring(tp_self_bell(run->comm));
       }
       coll_inflight_done(run->comm);
     }
   }
-  l->state = NULL; /* freed with the launch */
 }
 
 const struct loom_executor exec_host = {

@@ -14,6 +14,7 @@
 #include "core/checks.h"
 #include "core/stream.h"
 
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER; /* see launch() */
 static __thread int group_depth;
 static __thread struct coll_task* group_tasks;
 static __thread int group_ntasks, group_cap;
@@ -117,9 +118,19 @@ static loomResult_t launch(struct coll_task* tasks, int ntasks) {
   struct loom_stream* first = NULL;
   for (int i = 0; i < ntasks && !first; i++) first = tasks[i].stream;
   struct exec_launch* l;
-  LOOM_CHECK(exec_launch_prepare(tasks, ntasks, &l));
-  if (first) return launch_on_streams(l, first);
-  return exec_launch_run(l);
+  if (!first) {
+    LOOM_CHECK(exec_launch_prepare(tasks, ntasks, &l));
+    return exec_launch_run(l);
+  }
+  /* Taking the turns and queueing on the streams under one lock keeps every
+   * stream's queue in turn order: otherwise two threads could queue on one
+   * stream in the opposite order of their turns, and its worker would run a
+   * launch that waits, forever, for the turn of one queued behind it. */
+  pthread_mutex_lock(&queue_lock);
+  loomResult_t r = exec_launch_prepare(tasks, ntasks, &l);
+  if (r == loomSuccess) r = launch_on_streams(l, first);
+  pthread_mutex_unlock(&queue_lock);
+  return r;
 }
 
 loomResult_t group_submit(const struct coll_task* t) {

@@ -144,46 +144,41 @@ static struct boot_link* link_of(struct bootstrap* b, int peer) {
   return (peer > 0 && peer < b->nlinks) ? &b->links[peer] : NULL;
 }
 
-/* Rank 0 only: tells the other live ranks. Bounded, and cut short when the
- * bootstrap stops, so the watcher never hangs on a peer that does not read. */
+/* Rank 0 only: sends a notice about peer (type, payload) to the other live
+ * ranks (what: "failed", "left"; skip_done: not to ranks that said goodbye
+ * themselves). Bounded, and cut short when the bootstrap stops, so the
+ * watcher never hangs on a peer that does not read. One notice at a time,
+ * from whichever thread: a rank hears of the first failure before the
+ * echoes it causes (a rank that failed because of it and then closed its
+ * socket). */
+static void notice_broadcast(struct bootstrap* b, int peer, uint16_t type, const void* payload,
+                             uint32_t len, int skip_done, const char* what) {
+  struct deadline dl = deadline_in_ms(BOOT_NOTIFY_MS);
+  pthread_mutex_lock(&b->notify_lock);
+  for (int r = 1; r < b->nlinks; r++) {
+    struct boot_link* l = &b->links[r];
+    if (r == peer || l->fd < 0 || (skip_done && l->done) || atomic_load(&l->dead)) continue;
+    int err = boot_link_send(l, 0, type, 0, payload, len, &dl, &b->stopping);
+    if (err != 0)
+      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d %s: %s", r, peer,
+                what, sock_err_str(err));
+  }
+  pthread_mutex_unlock(&b->notify_lock);
+}
+
 static void failure_broadcast(struct bootstrap* b, int peer, loomResult_t code, const char* why) {
   struct boot_failed f;
   memset(&f, 0, sizeof(f));
   f.rank = peer;
   f.code = code;
   snprintf(f.why, sizeof(f.why), "%s", why);
-  struct deadline dl = deadline_in_ms(BOOT_NOTIFY_MS);
-  /* One notice at a time, from whichever thread: a rank hears of the first
-   * failure before the echoes it causes (a rank that failed because of it
-   * and then closed its socket). */
-  pthread_mutex_lock(&b->notify_lock);
-  for (int r = 1; r < b->nlinks; r++) {
-    struct boot_link* l = &b->links[r];
-    if (r == peer || l->fd < 0 || atomic_load(&l->dead)) continue;
-    int err = boot_link_send(l, 0, BOOT_FAILED, 0, &f, sizeof(f), &dl, &b->stopping);
-    if (err != 0)
-      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d failed: %s", r, peer,
-                sock_err_str(err));
-  }
-  pthread_mutex_unlock(&b->notify_lock);
+  notice_broadcast(b, peer, BOOT_FAILED, &f, sizeof(f), 0, "failed");
 }
 
-/* Rank 0 only: tells the other live ranks that peer left, so that one of
- * them waiting on it fails at once instead of at its deadline. Bounded like
- * failure_broadcast. */
+/* So that a rank waiting on peer fails at once instead of at its deadline. */
 static void left_broadcast(struct bootstrap* b, int peer) {
   int32_t who = peer;
-  struct deadline dl = deadline_in_ms(BOOT_NOTIFY_MS);
-  pthread_mutex_lock(&b->notify_lock);
-  for (int r = 1; r < b->nlinks; r++) {
-    struct boot_link* l = &b->links[r];
-    if (r == peer || l->fd < 0 || l->done || atomic_load(&l->dead)) continue;
-    int err = boot_link_send(l, 0, BOOT_LEFT, 0, &who, sizeof(who), &dl, &b->stopping);
-    if (err != 0)
-      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell peer %d that peer %d left: %s", r, peer,
-                sock_err_str(err));
-  }
-  pthread_mutex_unlock(&b->notify_lock);
+  notice_broadcast(b, peer, BOOT_LEFT, &who, sizeof(who), 1, "left");
 }
 
 void boot_peer_leaves(struct bootstrap* b, int peer) {
@@ -260,20 +255,19 @@ void boot_report_failure(struct loom_comm* comm, int peer, const char* why) {
     boot_peer_failed(b, peer, loomRemoteError, why);
     return;
   }
-  struct {
-    struct boot_hdr h;
-    struct boot_failed f;
-  } msg;
-  memset(&msg, 0, sizeof(msg));
-  boot_hdr_fill(&msg.h, comm->rank, BOOT_FAILED, 0, sizeof(msg.f));
-  msg.f.rank = peer;
-  msg.f.code = loomRemoteError;
-  snprintf(msg.f.why, sizeof(msg.f.why), "%.*s", (int)sizeof(msg.f.why) - 1, why);
+  struct boot_failed f;
+  memset(&f, 0, sizeof(f));
+  f.rank = peer;
+  f.code = loomRemoteError;
+  snprintf(f.why, sizeof(f.why), "%.*s", (int)sizeof(f.why) - 1, why);
   struct boot_link* l = &b->links[0];
   if (l->fd < 0 || atomic_load(&l->dead) || l->done) return;
-  pthread_mutex_lock(&l->send_lock);
-  sock_send_nowait(l->fd, &msg, sizeof(msg));
-  pthread_mutex_unlock(&l->send_lock);
+  /* A whole message or none, bounded like rank 0's notices. */
+  struct deadline dl = deadline_in_ms(BOOT_NOTIFY_MS);
+  int err = boot_link_send(l, comm->rank, BOOT_FAILED, 0, &f, sizeof(f), &dl, &b->stopping);
+  if (err != 0)
+    LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not tell rank 0 that peer %d failed: %s", peer,
+              sock_err_str(err));
 }
 
 /* Checks a complete header; allocates room for the payload. */

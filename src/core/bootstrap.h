@@ -39,7 +39,8 @@ enum boot_msg_type {
   BOOT_TABLE,     /* root -> rank: comm_hash + nranks peer_info rows */
   BOOT_DATA,      /* either way: a piece of an all-gather, tag = sequence */
   BOOT_BYE,       /* either way: clean goodbye, closing is not a failure */
-  BOOT_FAILED,    /* root -> rank: payload struct boot_failed */
+  BOOT_FAILED,    /* payload struct boot_failed; root -> rank: peer failed; rank -> root:
+                     this rank saw peer fail, tell everyone (boot_report_failure) */
   BOOT_REFUSED,   /* root -> rank: payload is a text saying why */
   BOOT_PING,      /* either way, no payload: I am alive (heartbeat) */
   BOOT_LEFT,      /* root -> rank: int32 rank that said goodbye (left the communicator) */
@@ -127,10 +128,11 @@ int boot_route_addr(const struct loom_comm* comm, union sock_addr* addr_out);
 int boot_peer_left(const struct loom_comm* comm, int peer);
 /* How many peers have left (0 on the fast path). Lock-free. */
 int boot_left_count(const struct loom_comm* comm);
-/* An operation of this rank failed because of peer (it left, say): records
- * it (comm_set_failed) and has rank 0 tell every rank, so that ranks waiting
- * on this one fail at once too, naming peer, instead of at their deadline.
- * Never blocks: a notice that does not fit in the socket is dropped. */
+/* An operation of this rank failed because of peer (it left, say), and the
+ * caller has recorded it (comm_set_failed): has rank 0 tell every rank, so
+ * that ranks waiting on this one fail at once too, naming peer, instead of
+ * at their deadline (on rank 0 itself, records and tells at once). Sends a
+ * whole notice or none, waiting at most BOOT_NOTIFY_MS for the link. */
 void boot_report_failure(struct loom_comm* comm, int peer, const char* why);
 /* Says goodbye (clean == 1) or just closes (abort), stops the watcher and
  * frees. Never blocks on peers. */

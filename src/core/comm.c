@@ -200,3 +200,14 @@ loomResult_t comm_health(struct loom_comm* comm) {
   pthread_mutex_unlock(&comm->err_lock);
   return (loomResult_t)e;
 }
+
+int comm_await_failure(struct loom_comm* comm, struct bell* bell, long long ms) {
+  struct deadline grace = deadline_in_ms(ms);
+  for (;;) {
+    uint32_t seen = bell_read(bell);
+    int e = atomic_load(&comm->async_error);
+    if (e != loomSuccess && e != loomInProgress) return 1;
+    if (deadline_passed(&grace)) return 0;
+    bell_wait(bell, seen, LOOM_MAX(deadline_left_ms(&grace), 1LL) * 1000);
+  }
+}

@@ -129,6 +129,11 @@ loomResult_t comm_forming_end(struct loom_comm* child, int ok);
 /* Why comm's waits were stopped, for messages: "communicator aborted" or
  * "split stopped: the communicator it is split from failed". */
 const char* comm_stop_reason(const struct loom_comm* comm);
+/* Waits at most ms for comm to learn that it failed (a cause recorded by
+ * comm_set_failed, which rings bell, the rank's doorbell): 1 once it has,
+ * 0 at the deadline. For an error seen on a connection, whose cause the
+ * bootstrap learns moments later. */
+int comm_await_failure(struct loom_comm* comm, struct bell* bell, long long ms);
 /* Calls the wake hook, if set (any thread). */
 void comm_wake(struct loom_comm* comm);
 /* Sets the wake hook; fn NULL clears it. */

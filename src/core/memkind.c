@@ -36,13 +36,22 @@ struct cu_api {
 };
 
 static struct cu_api cu;
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int cu_ok; /* the driver is attached: cu is usable */
+static int cu_load_tried; /* a dlopen that may load the driver failed: never again */
 
-static void cu_load(void) {
-  /* RTLD_NOLOAD first: a program that uses CUDA has the driver loaded. */
+/* Attaches to the CUDA driver. load 0: only when this process has loaded it
+ * already (a host-only program never starts a driver, nor hands a started
+ * one to the processes it forks); load 1: dlopen it if need be. */
+static void cu_attach(int load) {
+  pthread_mutex_lock(&cu_lock);
+  if (atomic_load(&cu_ok) || (load && cu_load_tried)) goto out;
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  if (!h) h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) return;
+  if (!h && load) {
+    cu_load_tried = 1;
+    h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!h) goto out;
 #define CU_SYM(field, name) *(void**)&cu.field = dlsym(h, name)
   CU_SYM(init, "cuInit");
   CU_SYM(device_get_count, "cuDeviceGetCount");
@@ -53,16 +62,23 @@ static void cu_load(void) {
   CU_SYM(pointer_get_attribute, "cuPointerGetAttribute");
   CU_SYM(ctx_get_device, "cuCtxGetDevice");
 #undef CU_SYM
-  if (!cu.init || !cu.device_get_count || !cu.device_get || !cu.device_get_uuid ||
-      !cu.device_get_pci_bus_id || !cu.pointer_get_attribute || !cu.ctx_get_device)
-    return; /* the handle stays open: harmless, and the driver may be in use */
-  if (cu.init(0) != CU_OK || cu.device_get_count(&cu.ndev) != CU_OK || cu.ndev < 1) return;
-  cu.ok = 1;
+  /* A driver without these symbols, or without a device, counts as none;
+   * the handle stays open: harmless, and the program may be using it. */
+  if (cu.init && cu.device_get_count && cu.device_get && cu.device_get_uuid &&
+      cu.device_get_pci_bus_id && cu.pointer_get_attribute && cu.ctx_get_device &&
+      cu.init(0) == CU_OK && cu.device_get_count(&cu.ndev) == CU_OK && cu.ndev >= 1)
+    atomic_store(&cu_ok, 1);
+out:
+  pthread_mutex_unlock(&cu_lock);
 }
 
 int cuda_present(void) {
-  pthread_once(&cu_once, cu_load);
-  return cu.ok;
+  if (!atomic_load(&cu_ok)) cu_attach(1);
+  return atomic_load(&cu_ok);
+}
+
+void cuda_notice(void) {
+  if (!atomic_load(&cu_ok)) cu_attach(0);
 }
 
 const char* mem_kind_name(enum mem_kind k) {
@@ -122,13 +138,23 @@ static int fake_lookup(uintptr_t p, int* dev_out) {
   return found;
 }
 
+/* Whether the driver is attached, looking again (without loading it) every
+ * 4096 classifications of a thread while it is not: a program that loads
+ * CUDA after its communicators were made is noticed within as many calls. */
+static int cuda_attached(void) {
+  static __thread unsigned calls;
+  if (atomic_load_explicit(&cu_ok, memory_order_acquire)) return 1;
+  if ((++calls & 4095) == 0) cuda_notice();
+  return atomic_load_explicit(&cu_ok, memory_order_acquire);
+}
+
 enum mem_kind mem_kind_of(const void* ptr, int* dev_out) {
   int dev = -1;
   enum mem_kind k = MEM_HOST;
   if (ptr && atomic_load_explicit(&nfakes_live, memory_order_relaxed) > 0 &&
       fake_lookup((uintptr_t)ptr, &dev))
     k = MEM_CUDA;
-  else if (ptr && cuda_present()) {
+  else if (ptr && cuda_attached()) {
     unsigned type = 0;
     /* Host memory CUDA never saw fails the query: it is host memory. */
     if (cu.pointer_get_attribute(&type, CU_ATTR_MEMORY_TYPE, (uintptr_t)ptr) == CU_OK &&

@@ -4,8 +4,10 @@
  * memory.
  *
  * The CUDA driver is reached at run time (dlopen of libcuda.so.1), never
- * linked: a build of Loom runs on machines with and without a driver. With
- * no driver every pointer is host memory. */
+ * linked: a build of Loom runs on machines with and without a driver. The
+ * classifier uses the driver only once this process has loaded it (looked
+ * for at every communicator's init, see cuda_notice, and now and then
+ * after); until then, and with no driver, every pointer is host memory. */
 #ifndef LOOM_CORE_MEMKIND_H
 #define LOOM_CORE_MEMKIND_H
 
@@ -40,8 +42,13 @@ struct dev_identity {
   char bus_id[24];
 };
 
-/* 1 when a CUDA driver is loaded and reports at least one device. */
+/* 1 when a CUDA driver is loaded and reports at least one device; loads it
+ * if this process has not (explicit device calls only: devlist, device
+ * identities). */
 int cuda_present(void);
+/* Attaches to the CUDA driver if this process has loaded it already, never
+ * loading it: at every communicator's init. Cheap once attached. */
+void cuda_notice(void);
 /* The identity of CUDA device ordinal dev; loomInvalidArgument naming dev
  * when there is no such device, loomInvalidUsage when there is no CUDA
  * driver at all. */

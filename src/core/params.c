@@ -476,10 +476,18 @@ static int agreed_row(int k) {
   return -1;
 }
 
+/* The settings ranks must agree on, counted from the table at compile time:
+ * their digests must fit peer_info.settings. */
+enum {
+  NAGREED = 0
+#define PARAM(field, env, type, def, lo, hi, flags, help) +(((flags)&P_AGREE) ? 1 : 0)
+#include "core/params.def"
+#undef PARAM
+};
+_Static_assert(NAGREED <= PARAMS_AGREED_MAX, "raise PARAMS_AGREED_MAX (peer_info.settings)");
+
 int params_agreed_count(void) {
-  int n = 0;
-  for (int i = 0; i < NPARAMS; i++) n += (params_rows[i].flags & P_AGREE) != 0;
-  return n;
+  return NAGREED;
 }
 
 const char* params_agreed_env(int k) {
@@ -497,7 +505,7 @@ void params_agreed_value(int k, char* buf, size_t len) {
 
 void params_agreed_digest(uint64_t out[PARAMS_AGREED_MAX]) {
   memset(out, 0, PARAMS_AGREED_MAX * sizeof(uint64_t));
-  for (int k = 0; k < params_agreed_count() && k < PARAMS_AGREED_MAX; k++) {
+  for (int k = 0; k < NAGREED; k++) {
     char value[512];
     params_agreed_value(k, value, sizeof(value));
     out[k] = hash64(value, strlen(value), 0x6167726565ULL);

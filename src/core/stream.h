@@ -1,11 +1,11 @@
 /* stream.h - streams: where work runs, in order. A stream has a kind:
  *  - host: an ordered queue of work run by the stream's own worker thread
  *    (loomStreamCreate). Generic: the core knows nothing of the work;
- *  - CUDA: a cudaStream_t that work is enqueued on (loomStreamCreateFromCuda
- *    wraps one and owns the wrapper; stream_borrow_cuda wraps one for a
- *    single call without a handle, for callers such as an NCCL drop-in that
- *    pass a raw cudaStream_t on every call and destroy streams without
- *    telling Loom).
+ *  - CUDA: a cudaStream_t that work is enqueued on. stream_borrow_cuda
+ *    wraps one for a single call without a handle, for callers such as an
+ *    NCCL drop-in that pass a raw cudaStream_t on every call and destroy
+ *    streams without telling Loom. (loomStreamCreateFromCuda, the owned
+ *    wrapper, fails until there is a CUDA executor.)
  * The NULL stream is no stream: the call runs on the calling thread. */
 #ifndef LOOM_CORE_STREAM_H
 #define LOOM_CORE_STREAM_H

@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,12 @@ namespace harness {
 enum class Mode { Proc, Thread };
 inline const char* mode_name(Mode m) {
   return m == Mode::Proc ? "proc" : "thread";
+}
+
+// The common test parameter (ranks, mode) and its name: "proc3", "thread2".
+using RanksMode = std::tuple<int, Mode>;
+inline std::string ranks_mode_name(const ::testing::TestParamInfo<RanksMode>& info) {
+  return std::string(mode_name(std::get<1>(info.param))) + std::to_string(std::get<0>(info.param));
 }
 
 enum class Init {

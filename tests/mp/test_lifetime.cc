@@ -28,12 +28,7 @@ using harness::Ctx;
 using harness::Mode;
 using harness::Opts;
 
-using RanksMode = std::tuple<int, Mode>;
-
-std::string rm_name(const ::testing::TestParamInfo<RanksMode>& info) {
-  return std::string(harness::mode_name(std::get<1>(info.param))) +
-         std::to_string(std::get<0>(info.param));
-}
+using harness::RanksMode;
 
 Opts lifetime_opts() {
   Opts o;
@@ -181,6 +176,6 @@ TEST_P(Lifetime, CallOrderAcrossStreams) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Lifetime,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),
-                         rm_name);
+                         harness::ranks_mode_name);
 
 }  // namespace

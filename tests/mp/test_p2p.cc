@@ -153,12 +153,7 @@ bool oob_wait(const Ctx& c, const char* tag) {
   return true;
 }
 
-using RanksMode = std::tuple<int, Mode>;
-
-std::string rm_name(const ::testing::TestParamInfo<RanksMode>& info) {
-  return std::string(harness::mode_name(std::get<1>(info.param))) +
-         std::to_string(std::get<0>(info.param));
-}
+using harness::RanksMode;
 
 // ---- Every pair, every datatype, without groups --------------------------------
 
@@ -206,7 +201,7 @@ TEST_P(P2PPairs, EveryPairEveryDatatype) {
 INSTANTIATE_TEST_SUITE_P(Ranks, P2PPairs,
                          ::testing::Combine(::testing::Values(2, 3, 4, 5, 8),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),
-                         rm_name);
+                         harness::ranks_mode_name);
 
 // ---- Groups --------------------------------------------------------------------
 
@@ -515,7 +510,7 @@ TEST_P(P2PGroup, EndWithoutStartThenWork) {
 INSTANTIATE_TEST_SUITE_P(Ranks, P2PGroup,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),
-                         rm_name);
+                         harness::ranks_mode_name);
 
 // ---- Errors --------------------------------------------------------------------
 

@@ -28,12 +28,7 @@ using harness::Ctx;
 using harness::Mode;
 using harness::Opts;
 
-using RanksMode = std::tuple<int, Mode>;
-
-std::string rm_name(const ::testing::TestParamInfo<RanksMode>& info) {
-  return std::string(harness::mode_name(std::get<1>(info.param))) +
-         std::to_string(std::get<0>(info.param));
-}
+using harness::RanksMode;
 
 Opts stream_opts() {
   Opts o;
@@ -320,7 +315,7 @@ TEST_P(Stream, OneStreamTwoCommunicators) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Stream,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),
-                         rm_name);
+                         harness::ranks_mode_name);
 
 // ---- Errors --------------------------------------------------------------------
 
@@ -368,6 +363,6 @@ TEST_P(StreamErrors, MismatchComesBackFromSynchronize) {
 INSTANTIATE_TEST_SUITE_P(Ranks, StreamErrors,
                          ::testing::Combine(::testing::Values(2, 3),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),
-                         rm_name);
+                         harness::ranks_mode_name);
 
 }  // namespace

@@ -3,8 +3,8 @@
 // whose memory its stream cannot serve, is loomInvalidArgument naming the
 // buffer, on the calling rank alone, and loses nothing (the next correct
 // call works). Device memory is simulated on machines without a GPU by the
-// classifier's test ranges (mem_kind_fake_add); the GPU checks of the real
-// classifier are in tests/gpu.
+// classifier's test ranges (mem_kind_fake_add); the real classifier and
+// device identities have no GPU test yet.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -42,7 +42,8 @@ TEST(MemKind, HostMemoryIsHost) {
 }
 
 TEST(MemKind, NoDriverMeansNoDevice) {
-  if (cuda_present()) GTEST_SKIP() << "a CUDA driver is present: tests/gpu checks the identities";
+  if (cuda_present())
+    GTEST_SKIP() << "a CUDA driver is present here: this case is about machines without one";
   struct dev_identity id;
   EXPECT_EQ(cuda_device_identity(0, &id), loomInvalidUsage);
   EXPECT_NE(std::string(loomGetLastError(NULL)).find("no CUDA driver"), std::string::npos);

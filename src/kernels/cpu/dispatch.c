@@ -6,6 +6,7 @@
  * nothing. */
 #include <pthread.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/debug.h"
 #include "core/params.h"
@@ -62,9 +63,10 @@ static void isa_choose(void) {
   const char* want = params_get()->cpu_kernel;
   enum cpu_isa best = isa_best();
   isa_chosen = best;
-  if (want == NULL || want[0] == '\0' || strcmp(want, "auto") == 0) return;
+  /* params.c accepted the value (any case) or kept the default. */
+  if (want == NULL || want[0] == '\0' || strcasecmp(want, "auto") == 0) return;
   for (int i = 0; i < CPU_ISA_COUNT; i++) {
-    if (strcmp(want, isa_names[i]) != 0) continue;
+    if (strcasecmp(want, isa_names[i]) != 0) continue;
     if (cpu_isa_supported((enum cpu_isa)i)) {
       isa_chosen = (enum cpu_isa)i;
     } else {
@@ -73,8 +75,6 @@ static void isa_choose(void) {
     }
     return;
   }
-  LOOM_WARN(SUB_ENV, "LOOM_CPU_KERNEL=%s is not auto, avx512, avx2 or scalar; using %s kernels",
-            want, isa_names[best]);
 }
 
 enum cpu_isa cpu_isa_active(void) {
