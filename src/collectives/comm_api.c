@@ -502,7 +502,7 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
     if (*end) return err_set(NULL, loomInvalidArgument, "invalid argument: LOOM_SECRET is not hex");
   } else {
     /* Without LOOM_SECRET every rank derives the same value from what it
-     * shares; it keeps strays out, not attackers (docs/DESIGN.md). */
+     * shares; it keeps strays out, not attackers (docs/bootstrap.md). */
     char seed[300];
     snprintf(seed, sizeof(seed), "%s/%d", root, size);
     secret = hash64(seed, strlen(seed), 0x6c6f6f6d);
