@@ -30,8 +30,10 @@
 #include "topo/tune.h"
 #include "transport/transport.h"
 
-/* State of one transfer slot of a step. */
-enum { XF_PENDING = 0, XF_DONE = 1 };
+/* State of one transfer slot of a step. XF_STAGED: a receive into the
+ * staging buffer that the executor reduces into its destination once it is
+ * done (the transport does not reduce, or LOOM_FUSED_REDUCE=0). */
+enum { XF_PENDING = 0, XF_DONE = 1, XF_STAGED = 2 };
 
 /* One plan of a run: a collective task, or consecutive sends and receives
  * (one p2p plan). Built at prepare. */
@@ -60,6 +62,8 @@ struct exec {
   struct xfer* xf;
   uint8_t* xf_state; /* XF_* per slot of xf (in xf's block) */
   uint32_t nxf, xf_cap;
+  char* stage; /* staging for receive-and-reduce without a fused transport */
+  size_t stage_cap;
   uint32_t fault_step; /* UINT32_MAX: none */
 };
 
@@ -263,9 +267,49 @@ static loomResult_t exec_connect(struct exec* e, int* ready_out) {
   return loomSuccess;
 }
 
+/* dst = dst op (a piece of a peer's buffer), for OP_PEER_REDUCE. */
+struct peer_reduce {
+  const struct exec* e;
+  char* dst;
+};
+static void exec_peer_reduce(void* arg, size_t at, const void* data, size_t n) {
+  const struct peer_reduce* pr = arg;
+  cpu_reduce(pr->e->dtype, pr->e->redop, pr->dst + at, pr->dst + at, data, n / pr->e->esize);
+}
+
+/* The executor's reduction, lent to transports that fuse it with the
+ * receive (struct xfer's reduce). */
+static void exec_xfer_reduce(const struct xfer* x, size_t at, const void* in, size_t n) {
+  cpu_reduce(x->dtype, x->op, (char*)x->dst + at, (const char*)x->src + at, in,
+             n / dtype_size(x->dtype));
+}
+
+/* Room in e->stage for the staged receives of the current step: the
+ * receive-and-reduce ops whose transport does not reduce (or all of them
+ * with LOOM_FUSED_REDUCE=0). */
+static loomResult_t exec_stage_reserve(struct exec* e, const struct plan_step* st) {
+  size_t need = 0;
+  int fused = params_get()->fused_reduce;
+  for (uint32_t i = st->op_begin; i < st->op_end; i++) {
+    const struct plan_op* op = &e->plan->ops[i];
+    struct conn* c;
+    if (op->kind != OP_RECV_REDUCE) continue;
+    LOOM_CHECK(tp_conn_get(e->comm, op->peer, 0, e->lane, &c));
+    if (!fused || !c->tp->caps.fused_reduce) need += op->count * e->esize;
+  }
+  if (need <= e->stage_cap) return loomSuccess;
+  char* p = malloc(need);
+  if (!p) return err_set(e->comm, loomSystemError, "out of memory (%zu bytes of staging)", need);
+  free(e->stage);
+  e->stage = p;
+  e->stage_cap = need;
+  return loomSuccess;
+}
+
 static loomResult_t exec_post_step(struct exec* e) {
   const struct plan_step* st = &e->plan->steps[e->step];
   uint32_t nops = st->op_end - st->op_begin;
+  size_t staged = 0;
   if (nops > e->xf_cap) {
     /* The transfers and their states in one block. */
     struct xfer* nx = malloc(nops * (sizeof(*nx) + 1));
@@ -295,21 +339,30 @@ static loomResult_t exec_post_step(struct exec* e) {
         x->op = e->redop;
         x->mem = e->mem;
         LOOM_CHECK(tp_conn_get(e->comm, op->peer, op->kind == OP_SEND, e->lane, &c));
-        if (!(c->tp->caps.mem_kinds & MEM_KIND_BIT(e->mem)) ||
-            (op->kind == OP_RECV_REDUCE && !c->tp->caps.fused_reduce))
+        if (!(c->tp->caps.mem_kinds & MEM_KIND_BIT(e->mem)))
           return err_set(e->comm, loomInternalError,
-                         "transport %s cannot %s %s memory (peer %d): no plan should use it so",
-                         c->tp->name, op->kind == OP_RECV_REDUCE ? "receive and reduce" : "move",
-                         mem_kind_name(e->mem), op->peer);
+                         "transport %s cannot move %s memory (peer %d): no plan should use it so",
+                         c->tp->name, mem_kind_name(e->mem), op->peer);
+        x->src = src;
         if (op->kind == OP_SEND) {
-          x->src = src;
           LOOM_CHECK(c->tp->send_post(c, x));
-        } else {
-          x->dst = dst;
-          x->src = src;
-          x->reduce = op->kind == OP_RECV_REDUCE;
-          LOOM_CHECK(c->tp->recv_post(c, x));
+          break;
         }
+        x->dst = dst;
+        if (op->kind == OP_RECV_REDUCE) {
+          if (c->tp->caps.fused_reduce && params_get()->fused_reduce) {
+            x->reduce = exec_xfer_reduce;
+          } else {
+            /* Received whole into staging, reduced when done. The first
+             * such receive of the step makes room for all of them. */
+            if (staged == 0) LOOM_CHECK(exec_stage_reserve(e, st));
+            x->user = dst;
+            x->dst = e->stage + staged;
+            staged += bytes;
+            e->xf_state[e->nxf - 1] = XF_STAGED;
+          }
+        }
+        LOOM_CHECK(c->tp->recv_post(c, x));
         break;
       }
       case OP_COPY:
@@ -332,10 +385,12 @@ static loomResult_t exec_post_step(struct exec* e) {
         LOOM_CHECK(
             tp_peer_copy(e->comm, op->peer, op->src.buf, op->src.off * e->esize, dst, bytes));
         break;
-      case OP_PEER_REDUCE:
-        LOOM_CHECK(tp_peer_reduce(e->comm, op->peer, op->src.buf, op->src.off * e->esize, dst,
-                                  op->count, e->dtype, e->redop));
+      case OP_PEER_REDUCE: {
+        struct peer_reduce pr = {e, dst};
+        LOOM_CHECK(tp_peer_read(e->comm, op->peer, op->src.buf, op->src.off * e->esize, bytes,
+                                e->esize, exec_peer_reduce, &pr));
         break;
+      }
       default:
         return err_set(e->comm, loomInternalError, "plan op of unknown kind %d", op->kind);
     }
@@ -368,8 +423,11 @@ static loomResult_t exec_progress(struct exec* e, int* done_out, int* moved_out)
     for (uint32_t i = 0; i < e->nxf; i++) {
       int d;
       if (e->xf_state[i] == XF_DONE) continue;
-      LOOM_CHECK(e->xf[i].conn->tp->test(&e->xf[i], &d));
+      struct xfer* x = &e->xf[i];
+      LOOM_CHECK(x->conn->tp->test(x, &d));
       if (d) {
+        if (e->xf_state[i] == XF_STAGED)
+          cpu_reduce(e->dtype, e->redop, x->user, x->src, x->dst, x->bytes / e->esize);
         e->xf_state[i] = XF_DONE;
         *moved_out = 1;
       }
@@ -733,6 +791,7 @@ static void host_release(struct exec_launch* l) {
     struct comm_run* run = &h->runs[i];
     exec_reset(&run->ex);
     free(run->ex.xf);
+    free(run->ex.stage);
     for (int u = 0; u < run->nunits; u++) plan_obj_unref(run->units[u].plan);
     scratch_obj_unref(run->scratch);
   }

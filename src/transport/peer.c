@@ -23,7 +23,6 @@
 #include "core/bootstrap.h"
 #include "core/checks.h"
 #include "core/params.h"
-#include "kernels/cpu/cpu_kernels.h"
 
 #define BOUNCE_BYTES (256u << 10)
 #define CMA_PIECE (4u << 20)
@@ -250,26 +249,24 @@ loomResult_t tp_peer_copy(struct loom_comm* comm, int peer, unsigned buf, size_t
   return e ? read_failed(comm, peer, e) : loomSuccess;
 }
 
-loomResult_t tp_peer_reduce(struct loom_comm* comm, int peer, unsigned buf, size_t off, void* dst,
-                            size_t count, loomDataType_t dtype, loomRedOp_t op) {
-  size_t es = dtype_size(dtype), bytes = count * es;
+loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t off, size_t bytes,
+                          size_t unit, tp_peer_use_fn use, void* arg) {
   uint64_t addr;
   const void* src;
   LOOM_CHECK(peer_range(comm, peer, buf, off, bytes, &addr, &src));
   if (src) {
-    cpu_reduce(dtype, op, dst, dst, src, count);
+    use(arg, 0, src, bytes);
     return loomSuccess;
   }
   struct peer_state* ps = state_of(comm);
   if (!ps->bounce && !(ps->bounce = malloc(BOUNCE_BYTES)))
     return err_set(comm, loomSystemError, "out of memory");
-  size_t per = BOUNCE_BYTES / es * es;
+  size_t per = BOUNCE_BYTES / unit * unit;
   for (size_t done = 0; done < bytes; done += per) {
     size_t len = LOOM_MIN(per, bytes - done);
     int e = cma_read(comm, peer, addr + done, ps->bounce, len);
     if (e) return read_failed(comm, peer, e);
-    char* d = (char*)dst + done;
-    cpu_reduce(dtype, op, d, d, ps->bounce, len / es);
+    use(arg, done, ps->bounce, len);
   }
   return loomSuccess;
 }

@@ -19,6 +19,15 @@
 #include "loom.h"
 
 struct conn;
+struct xfer;
+
+/* The executor's reduction, which a transport with caps.fused_reduce
+ * applies to each piece of a receive as it arrives: dst[at, at + n) =
+ * src[at, at + n) op in[0, n). at and n are multiples of the element size
+ * (dtype_size(x->dtype)). Transports move bytes and never reduce by
+ * themselves; this is how the executor lends them its reduction. Never
+ * blocks. */
+typedef void (*xfer_reduce_fn)(const struct xfer* x, size_t at, const void* in, size_t n);
 
 /* One posted transfer. Owned by the caller, who must keep it (and the
  * buffers it names) alive until test() reports it done or the connection is
@@ -28,10 +37,13 @@ struct xfer {
   void* dst;       /* receive: where the data lands */
   const void* src; /* send: the data. receive with reduce: the local operand */
   size_t bytes;    /* the message size; both ends must agree */
-  int reduce;      /* receive only: 1 means dst = src op incoming (caps.fused_reduce) */
-  int mem;         /* enum mem_kind of dst and src (caps.mem_kinds) */
+  /* Receive only. NULL: dst = incoming. Otherwise dst = src op incoming,
+   * each piece through this function (caps.fused_reduce only). */
+  xfer_reduce_fn reduce;
+  int mem; /* enum mem_kind of dst and src (caps.mem_kinds) */
   loomDataType_t dtype;
   loomRedOp_t op; /* built-in op for the reduce (loomAvg reduces as sum) */
+  void* user;     /* the caller's; transports never touch it */
   /* Transport state. */
   struct conn* conn;
   size_t done;       /* bytes completed so far */
@@ -48,9 +60,11 @@ struct tp_caps {
    * with flow control), so a send may complete before its receive is
    * posted. Plans are proved deadlock-free for rendezvous either way. */
   int rendezvous;
-  /* 1: recv_post takes reduce = 1 (dst = src op incoming) itself, fused with
-   * the receive; measured faster than a receive and a separate reduction on
-   * host memory (docs/PERFORMANCE.md). */
+  /* 1: recv_post takes a transfer with a reduce function (dst = src op
+   * incoming) and applies it to each piece as it arrives, fused with the
+   * receive; measured faster than a receive into a staging buffer and a
+   * separate reduction on host memory (docs/PERFORMANCE.md). 0: the
+   * executor stages and reduces itself. */
   int fused_reduce;
 };
 
@@ -214,9 +228,15 @@ int tp_sync_missing(struct loom_comm* comm, int peer);
  * peer's memory cannot be read (it died). Blocks only while copying. */
 loomResult_t tp_peer_copy(struct loom_comm* comm, int peer, unsigned buf, size_t off, void* dst,
                           size_t bytes);
-/* dst = dst op (count elements of peer's buffer buf at byte offset off). */
-loomResult_t tp_peer_reduce(struct loom_comm* comm, int peer, unsigned buf, size_t off, void* dst,
-                            size_t count, loomDataType_t dtype, loomRedOp_t op);
+/* Hands the bytes at offset off of peer's published buffer buf to use(),
+ * piece by piece in order (use(arg, at, data, n): data holds the bytes at
+ * offset off + at; n is a multiple of unit): in place where this process
+ * can load the peer's memory, else through a bounce buffer read by
+ * cross-memory attach. The executor reduces what it is given. Checks the
+ * range as tp_peer_copy does. Blocks only while reading. */
+typedef void (*tp_peer_use_fn)(void* arg, size_t at, const void* data, size_t n);
+loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t off, size_t bytes,
+                          size_t unit, tp_peer_use_fn use, void* arg);
 
 /* loomMemAlloc memory (mem.c): shared (memfd) mappings that peers on this
  * host map too, so direct plans read them with plain loads. Thread safe. */

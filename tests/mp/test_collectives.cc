@@ -151,6 +151,51 @@ INSTANTIATE_TEST_SUITE_P(CollCover, CoverMemory, ::testing::ValuesIn(mem_cover_c
                                   mc.mem;
                          });
 
+// Every reducing collective x algorithm with the executor staging each
+// receive and reducing after (LOOM_FUSED_REDUCE=0), over shm and sockets:
+// the path a transport without a fused receive-and-reduce takes.
+struct StagedCase {
+  Coll coll;
+  std::string algo;
+  std::string transport;
+};
+
+std::vector<StagedCase> staged_cases() {
+  std::vector<StagedCase> v;
+  for (Coll coll : {Coll::AllReduce, Coll::Reduce, Coll::ReduceScatter})
+    for (const std::string& algo : algos_of(coll))
+      for (const char* tp : {"shm", "socket"}) v.push_back({coll, algo, tp});
+  return v;
+}
+
+void PrintTo(const StagedCase& sc, std::ostream* os) {
+  *os << coll_name(sc.coll) << " " << sc.algo << " proc3 staged over " << sc.transport;
+}
+
+class CoverStaged : public ::testing::TestWithParam<StagedCase> {};
+
+TEST_P(CoverStaged, EveryTypeOpPlacement) {
+  const StagedCase sc = GetParam();
+  harness::Opts o = opts_for(sc.algo, kCoverTimeoutS);
+  o.env.push_back({"LOOM_FUSED_REDUCE", "0"});
+  o.env.push_back({"LOOM_DIRECT", "0"});
+  o.env.push_back({"LOOM_TRANSPORTS", sc.transport});
+  harness::run(
+      3, Mode::Proc,
+      [&](Ctx& c) {
+        Runner r(c, sc.algo + " staged over " + sc.transport);
+        cover_body(r, c, sc.coll);
+      },
+      o);
+}
+
+INSTANTIATE_TEST_SUITE_P(CollCover, CoverStaged, ::testing::ValuesIn(staged_cases()),
+                         [](const ::testing::TestParamInfo<StagedCase>& info) {
+                           const StagedCase& sc = info.param;
+                           return std::string("proc3_") + coll_name(sc.coll) + "_" + sc.algo + "_" +
+                                  sc.transport;
+                         });
+
 // A device-resident PreMulSum scalar (loomScalarDevice) is read when the
 // operation runs, by every reducing collective and algorithm.
 void premul_device_body(const Ctx& c) {

@@ -13,7 +13,6 @@
 
 #include "core/checks.h"
 #include "core/params.h"
-#include "kernels/cpu/cpu_kernels.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 
@@ -177,7 +176,7 @@ static loomResult_t local_recv_one(struct local_conn* c, struct xfer* x, struct 
   }
   const void* src = (const void*)(uintptr_t)s->ptr;
   if (x->reduce)
-    cpu_reduce(x->dtype, x->op, x->dst, x->src, src, x->bytes / dtype_size(x->dtype));
+    x->reduce(x, 0, src, x->bytes);
   else
     memcpy(x->dst, src, x->bytes);
   atomic_store_explicit(&s->state, SLOT_FREE, memory_order_relaxed);

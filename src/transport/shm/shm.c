@@ -26,7 +26,6 @@
 
 #include "core/checks.h"
 #include "core/params.h"
-#include "kernels/cpu/cpu_kernels.h"
 #include "transport/fifo.h"
 #include "transport/rankseg.h"
 #include "transport/shmfile.h"
@@ -290,9 +289,7 @@ static loomResult_t shm_recv_progress(struct shm_conn* c) {
       }
       const char* piece = c->data + (size_t)i * f->slot_bytes;
       if (x->reduce) {
-        size_t es = dtype_size(x->dtype);
-        cpu_reduce(x->dtype, x->op, (char*)x->dst + x->done, (const char*)x->src + x->done, piece,
-                   s->bytes / es);
+        x->reduce(x, x->done, piece, s->bytes);
       } else {
         memcpy((char*)x->dst + x->done, piece, s->bytes);
       }

@@ -23,7 +23,7 @@
 #include <sys/uio.h>
 
 #include "core/checks.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "core/dtype.h"
 #include "transport/socket/socket.h"
 
 #define SOCK_BOUNCE_MAX (256u << 10)
@@ -181,7 +181,7 @@ static void bounce_reduce(struct sock_stream* s, const struct xfer* x) {
   size_t whole = s->bounce_have - s->bounce_have % es;
   if (whole == 0) return;
   size_t at = (size_t)s->in.offset + s->pay_got - s->bounce_have;
-  cpu_reduce(x->dtype, x->op, (char*)x->dst + at, (const char*)x->src + at, s->bounce, whole / es);
+  x->reduce(x, at, s->bounce, whole);
   memmove(s->bounce, s->bounce + whole, s->bounce_have - whole);
   s->bounce_have -= whole;
 }
