@@ -18,6 +18,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+struct bell;
+
 #define FIFO_MAGIC 0x4c4d4649464f3031ULL /* "LMFIFO01" */
 #define FIFO_MAX_SLOTS 64
 
@@ -47,6 +49,26 @@ struct fifo_ctrl {
   _Atomic uint32_t refs;                                /* local: sides still holding it */
   _Atomic uint32_t attached;                            /* shm: the receiver has mapped it */
   struct fifo_slot slots[FIFO_MAX_SLOTS];
+};
+
+/* One side of a connection's FIFO as plain data: what a kernel or a proxy
+ * thread needs to drive it without the transport's code (transport.h's
+ * fifo_describe). A sender fills slot head % nslots (its bytes at data + i
+ * * slot_bytes, its header slots[i]), then advances head with a release
+ * store and rings peer_bell; a receiver waits for head > tail (acquire),
+ * checks the header against the message it expects, takes the bytes,
+ * advances tail (release) and rings peer_bell. closed != 0: the other side
+ * gave up; stop. */
+struct fifo_desc {
+  struct fifo_slot* slots; /* nslots headers */
+  char* data;              /* NULL: slots carry the sender's address (local), not bytes */
+  _Atomic uint64_t* head;  /* pieces published by the sender */
+  _Atomic uint64_t* tail;  /* pieces freed by the receiver */
+  _Atomic uint32_t* closed;
+  uint64_t slot_bytes; /* largest piece; 0: a slot names a whole message (local) */
+  uint32_t nslots;
+  int mem;                /* enum mem_kind of slots and data */
+  struct bell* peer_bell; /* the other side's doorbell (NULL: none to ring) */
 };
 
 static inline size_t fifo_ctrl_bytes(void) {

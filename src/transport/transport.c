@@ -86,6 +86,13 @@ loomResult_t tp_mem_dereg_none(struct loom_comm* comm, void* handle) {
                  "this transport registers no memory: there is nothing to deregister");
 }
 
+loomResult_t tp_fifo_describe_none(struct conn* c, struct fifo_desc* out) {
+  (void)out;
+  return err_set(c->comm, loomInvalidUsage,
+                 "transport %s keeps no FIFO in memory: there is nothing a kernel could drive",
+                 c->tp->name);
+}
+
 loomResult_t tp_table_check(const struct loom_transport* t) {
   if (t->size != sizeof(*t))
     return err_set(NULL, loomInternalError,
@@ -107,6 +114,7 @@ loomResult_t tp_table_check(const struct loom_transport* t) {
                         : !t->idle           ? "idle"
                         : !t->mem_reg        ? "mem_reg"
                         : !t->mem_dereg      ? "mem_dereg"
+                        : !t->fifo_describe  ? "fifo_describe"
                                              : NULL;
   if (missing)
     return err_set(NULL, loomInternalError,

@@ -19,6 +19,7 @@
 #include "loom.h"
 
 struct conn;
+struct fifo_desc;
 struct xfer;
 
 /* The executor's reduction, which a transport with caps.fused_reduce
@@ -128,6 +129,12 @@ struct loom_transport {
   loomResult_t (*mem_reg)(struct loom_comm* comm, void* buf, size_t bytes, int kind,
                           void** handle_out);
   loomResult_t (*mem_dereg)(struct loom_comm* comm, void* handle);
+  /* Describes this side of connection c's FIFO as plain data (fifo.h's
+   * struct fifo_desc), for a kernel or proxy that drives it without the
+   * transport's code; valid until c is closed. loomInProgress while c is not
+   * up yet. Never blocks. tp_fifo_describe_none: loomInvalidUsage saying the
+   * transport keeps no FIFO in memory (sockets). */
+  loomResult_t (*fifo_describe)(struct conn* c, struct fifo_desc* out);
 };
 
 /* The stubs of unsupported slots. */
@@ -135,6 +142,7 @@ void tp_idle_none(struct loom_comm* comm);
 loomResult_t tp_mem_reg_none(struct loom_comm* comm, void* buf, size_t bytes, int kind,
                              void** handle_out);
 loomResult_t tp_mem_dereg_none(struct loom_comm* comm, void* handle);
+loomResult_t tp_fifo_describe_none(struct conn* c, struct fifo_desc* out);
 /* loomSuccess when t is a complete table of this build's layout; otherwise
  * loomInternalError naming the transport and the first missing slot. */
 loomResult_t tp_table_check(const struct loom_transport* t);

@@ -269,6 +269,17 @@ static loomResult_t local_close(struct conn* base) {
 
 static void local_comm_fini(struct loom_comm* comm, int failed) {}
 
+/* Local slots name a whole message in the sender's memory: no data area,
+ * no bound on a piece (slot_bytes 0), claimed through each slot's state. */
+static loomResult_t local_fifo_describe(struct conn* base, struct fifo_desc* out) {
+  struct local_conn* c = (struct local_conn*)base;
+  if (!c->ctrl) return loomInProgress;
+  *out = (struct fifo_desc){c->ctrl->slots,   NULL, &c->ctrl->head,  &c->ctrl->tail,
+                            &c->ctrl->closed, 0,    c->ctrl->nslots, MEM_HOST,
+                            c->peer_bell};
+  return loomSuccess;
+}
+
 const struct loom_transport loom_transport_local = {
     .size = sizeof(struct loom_transport),
     .name = "local",
@@ -286,4 +297,5 @@ const struct loom_transport loom_transport_local = {
     .idle = tp_idle_none,
     .mem_reg = tp_mem_reg_none,
     .mem_dereg = tp_mem_dereg_none,
+    .fifo_describe = local_fifo_describe,
 };

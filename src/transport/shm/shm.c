@@ -365,6 +365,15 @@ static loomResult_t shm_cancel(struct conn* base) {
   return loomSuccess;
 }
 
+static loomResult_t shm_fifo_describe(struct conn* base, struct fifo_desc* out) {
+  struct shm_conn* c = (struct shm_conn*)base;
+  if (!c->ctrl) return loomInProgress;
+  *out = (struct fifo_desc){c->ctrl->slots,  c->data,          &c->ctrl->head,
+                            &c->ctrl->tail,  &c->ctrl->closed, c->ctrl->slot_bytes,
+                            c->ctrl->nslots, MEM_HOST,         c->peer_bell};
+  return loomSuccess;
+}
+
 /* Names of FIFOs into this rank are its to remove (named mode: left by a
  * sender that closed first; unnamed mode: escape names); those out of it
  * too when the communicator failed (their receiver may be dead). */
@@ -404,4 +413,5 @@ const struct loom_transport loom_transport_shm = {
     .idle = tp_idle_none,
     .mem_reg = tp_mem_reg_none,
     .mem_dereg = tp_mem_dereg_none,
+    .fifo_describe = shm_fifo_describe,
 };

@@ -392,4 +392,5 @@ const struct loom_transport loom_transport_socket = {
     .idle = socket_idle,
     .mem_reg = tp_mem_reg_none,
     .mem_dereg = tp_mem_dereg_none,
+    .fifo_describe = tp_fifo_describe_none,
 };
