@@ -95,8 +95,6 @@ struct coll_comm {
   _Atomic int turn_waiters; /* launches waiting for their turn (release rings only for them) */
   pthread_mutex_t ops_lock;
   struct premul_op ops[COLL_MAX_PREMUL];
-  pthread_mutex_t reg_lock;
-  struct reg_handle* regs; /* live registrations (reg.c) */
   /* Launches prepared on this communicator and not yet released; teardown
    * waits for none (idle_cond, under idle_lock). */
   _Atomic int inflight;

@@ -64,7 +64,6 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
   if (!cc) return err_set(comm, loomSystemError, "out of memory");
   pthread_mutex_init(&cc->exec_lock, NULL);
   pthread_mutex_init(&cc->ops_lock, NULL);
-  pthread_mutex_init(&cc->reg_lock, NULL);
   pthread_mutex_init(&cc->idle_lock, NULL);
   pthread_cond_init(&cc->idle_cond, NULL);
   atomic_init(&cc->inflight, 0);
@@ -88,10 +87,8 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
 void coll_comm_fini(struct loom_comm* comm) {
   struct coll_comm* cc = comm->coll;
   if (!cc) return;
-  reg_comm_fini(comm);
   pthread_mutex_destroy(&cc->exec_lock);
   pthread_mutex_destroy(&cc->ops_lock);
-  pthread_mutex_destroy(&cc->reg_lock);
   pthread_mutex_destroy(&cc->idle_lock);
   pthread_cond_destroy(&cc->idle_cond);
   scratch_obj_unref(cc->scratch);
@@ -143,6 +140,7 @@ static loomResult_t init_body(struct loom_comm* comm, const struct boot_id* id) 
 /* Tears down whatever init_body brought up; never blocks on peers. */
 static void comm_teardown(struct loom_comm* comm, int clean) {
   boot_fini(comm, clean);
+  if (comm->coll) reg_comm_fini(comm); /* deregistered while the transports are up */
   tp_comm_fini(comm);
   coll_comm_fini(comm);
   comm_free(comm);

@@ -16,8 +16,6 @@
 #include "transport/peer.h"
 #include "transport/rankseg.h"
 
-#define TP_MAX_TRANSPORTS 8
-
 struct tp_comm {
   struct rank_segs segs;    /* this rank's and its same-host peers' (rankseg.h) */
   struct conn** send_conns; /* [lane * nranks + peer] */
@@ -60,6 +58,30 @@ static loomResult_t transports_comm_init(struct loom_comm* comm) {
     }
   for (int i = 0; i < NTRANSPORTS; i++) LOOM_CHECK(all_transports[i]->comm_init(comm, used[i]));
   return loomSuccess;
+}
+
+loomResult_t tp_mem_reg_used(struct loom_comm* comm, void* buf, size_t bytes, int kind,
+                             void** handles) {
+  for (int i = 0; i < NTRANSPORTS; i++) {
+    const struct loom_transport* t = all_transports[i];
+    handles[i] = NULL;
+    if (!t->caps.registers || !comm->tp->allowed[i]) continue;
+    loomResult_t r = t->mem_reg(comm, buf, bytes, kind, &handles[i]);
+    if (r != loomSuccess) {
+      handles[i] = NULL;
+      tp_mem_dereg_used(comm, handles);
+      return r;
+    }
+  }
+  return loomSuccess;
+}
+
+void tp_mem_dereg_used(struct loom_comm* comm, void** handles) {
+  for (int i = 0; i < NTRANSPORTS; i++)
+    if (handles[i]) {
+      all_transports[i]->mem_dereg(comm, handles[i]);
+      handles[i] = NULL;
+    }
 }
 
 loomResult_t tp_comm_init_none(struct loom_comm* comm, int used) {

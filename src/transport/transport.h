@@ -67,6 +67,11 @@ struct tp_caps {
    * separate reduction on host memory (docs/PERFORMANCE.md). 0: the
    * executor stages and reduces itself. */
   int fused_reduce;
+  /* 1: memory a transfer names must be registered first (mem_reg: pinning,
+   * keys a NIC needs); loomCommRegister registers with every such
+   * transport of the communicator, through the registration cache
+   * (regcache.h). 0: mem_reg is the stub. */
+  int registers;
 };
 
 /* Every slot is set: one a transport does not support points to a shared
@@ -137,6 +142,9 @@ struct loom_transport {
   loomResult_t (*fifo_describe)(struct conn* c, struct fifo_desc* out);
 };
 
+/* The most transports one build has (a table index bound). */
+#define TP_MAX_TRANSPORTS 8
+
 /* The stubs of unsupported slots. */
 void tp_idle_none(struct loom_comm* comm);
 loomResult_t tp_mem_reg_none(struct loom_comm* comm, void* buf, size_t bytes, int kind,
@@ -192,6 +200,14 @@ void** tp_comm_state(struct loom_comm* comm, const struct loom_transport* t);
 void tp_helper_thread_add(struct loom_comm* comm);
 /* The executor of comm is about to sleep (each transport's idle hook). */
 void tp_idle(struct loom_comm* comm);
+/* Registers [buf, buf + bytes) with every transport allowed on comm that
+ * needs registration (caps.registers), each one's handle in
+ * handles[its index] (room for TP_MAX_TRANSPORTS); on failure deregisters
+ * what it registered. The other slots stay NULL. */
+loomResult_t tp_mem_reg_used(struct loom_comm* comm, void* buf, size_t bytes, int kind,
+                             void** handles);
+/* Undoes tp_mem_reg_used (NULL slots skipped, then cleared). Never blocks. */
+void tp_mem_dereg_used(struct loom_comm* comm, void** handles);
 /* The shared comm_init of transports with nothing to set up per
  * communicator. */
 loomResult_t tp_comm_init_none(struct loom_comm* comm, int used);

@@ -22,9 +22,9 @@ TEST(FifoDesc, ShmDrivenFromItsDescriptionBothWays) {
   ASSERT_EQ(loomCommInitAll(comms, 2, nullptr), loomSuccess) << loomGetLastError(NULL);
   std::vector<char> msg(8 << 20), got(8 << 20);
   char why[200] = "";
-  EXPECT_EQ(probe_fifo_desc_shm(comms[0], comms[1], msg.data(), got.data(), msg.size(), why,
-                                sizeof(why)),
-            0)
+  EXPECT_EQ(
+      probe_fifo_desc_shm(comms[0], comms[1], msg.data(), got.data(), msg.size(), why, sizeof(why)),
+      0)
       << why;
   for (loomComm_t c : comms) EXPECT_EQ(loomCommDestroy(c), loomSuccess);
 }
