@@ -366,17 +366,17 @@ static void* field_addr(int i) {
   return NULL;
 }
 
+/* Each field once: its variable's value, or the default when unset or bad
+ * (a string parsed twice would lose the first copy). */
 static void params_load(void) {
   char why[BAD_LEN];
   for (int i = 0; i < NPARAMS; i++) {
     char buf[256];
     const struct param_desc* d = &params_rows[i];
+    const char* env = getenv(d->env);
+    if (env && parse_one(d, field_addr(i), env, why, sizeof(why)) == 0) continue;
+    if (env) snprintf(params_why[i], sizeof(params_why[i]), "%s", why);
     parse_one(d, field_addr(i), unquote(d->def, buf, sizeof(buf)), why, sizeof(why));
-  }
-  for (int i = 0; i < NPARAMS; i++) {
-    const char* env = getenv(params_rows[i].env);
-    if (env && parse_one(&params_rows[i], field_addr(i), env, why, sizeof(why)) != 0)
-      snprintf(params_why[i], sizeof(params_why[i]), "%s", why);
   }
 }
 
