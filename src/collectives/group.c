@@ -44,8 +44,8 @@ static loomResult_t gates_queue(struct exec_launch* l, struct loom_stream* first
 
 /* Queues l on its first stream. The other streams of its tasks get a gate
  * on l's event, so their later work waits for l; their workers sleep
- * meanwhile. The gates go first, so that they are in place whenever l
- * completes. */
+ * meanwhile. One stream (the common case) needs no event. The gates go
+ * first: when one cannot be queued, l is dropped before it ran. */
 static loomResult_t launch_on_streams(struct exec_launch* l, struct loom_stream* first) {
   int several = 0;
   for (int i = 0; i < l->ntasks && !several; i++)
@@ -58,7 +58,7 @@ static loomResult_t launch_on_streams(struct exec_launch* l, struct loom_stream*
   struct stream_work w = {launch_work, NULL, l};
   if (r == loomSuccess) r = stream_enqueue(first, &w);
   if (r != loomSuccess) {
-    /* Gates queued already open, with the error. */
+    /* The gates queued already open, with the error. */
     if (l->done_event) event_complete(l->done_event, r, err_thread_last());
     exec_launch_drop(l);
   }
