@@ -90,8 +90,8 @@ TEST_P(StreamEvents, LaterWorkWaitsForTheGroup) {
         ASSERT_LOOM_OK(
             loomAllReduce(y.data(), y.data(), count, loomInt64, loomSum, c.comm, st.s2.get()));
         ASSERT_LOOM_OK(loomGroupEnd());
-        ASSERT_LOOM_OK(loomAllReduce(x.data(), z.data(), count, loomInt64, loomSum, st.other,
-                                     st.s2.get()));
+        ASSERT_LOOM_OK(
+            loomAllReduce(x.data(), z.data(), count, loomInt64, loomSum, st.other, st.s2.get()));
         st.release(c);
         ASSERT_LOOM_OK(loomStreamSynchronize(st.s2.get()));
         ASSERT_LOOM_OK(loomStreamSynchronize(st.s1.get()));
@@ -129,8 +129,7 @@ TEST_P(StreamEvents, DestroyGatedStream) {
             loomAllReduce(x.data(), x.data(), count, loomInt64, loomSum, c.comm, st.s1.get()));
         ASSERT_LOOM_OK(loomAllReduce(y.data(), y.data(), count, loomInt64, loomSum, c.comm, s2));
         ASSERT_LOOM_OK(loomGroupEnd());
-        ASSERT_LOOM_OK(
-            loomAllReduce(y.data(), z.data(), count, loomInt64, loomSum, st.other, s2));
+        ASSERT_LOOM_OK(loomAllReduce(y.data(), z.data(), count, loomInt64, loomSum, st.other, s2));
         st.release(c);  // before rank 1's own destroy, which waits for rank 0
         ASSERT_LOOM_OK(loomStreamDestroy(s2));
         const int64_t T = tri(c.nranks);
@@ -163,8 +162,8 @@ TEST_P(StreamEventErrors, GatedStreamGetsTheGroupsError) {
       [](Ctx& c) {
         const int aborter = c.nranks - 1;
         loomComm_t o = nullptr;
-        ASSERT_LOOM_OK(loomCommSplit(c.comm, c.rank == aborter ? LOOM_SPLIT_NOCOLOR : 0, c.rank,
-                                     &o, nullptr));
+        ASSERT_LOOM_OK(
+            loomCommSplit(c.comm, c.rank == aborter ? LOOM_SPLIT_NOCOLOR : 0, c.rank, &o, nullptr));
         shim::CommGuard other(o);
         if (c.rank == aborter) {
           harness::meet(c, c.nranks);  // the others have queued everything
@@ -179,15 +178,18 @@ TEST_P(StreamEventErrors, GatedStreamGetsTheGroupsError) {
         std::vector<float> x(count, 1.0f), y(count, 2.0f);
         std::vector<int64_t> w(1000, c.rank + 1);
         ASSERT_LOOM_OK(loomGroupStart());
-        ASSERT_LOOM_OK(loomAllReduce(x.data(), x.data(), count, loomFloat32, loomSum, c.comm, s1.get()));
-        ASSERT_LOOM_OK(loomAllReduce(y.data(), y.data(), count, loomFloat32, loomSum, c.comm, s2.get()));
+        ASSERT_LOOM_OK(
+            loomAllReduce(x.data(), x.data(), count, loomFloat32, loomSum, c.comm, s1.get()));
+        ASSERT_LOOM_OK(
+            loomAllReduce(y.data(), y.data(), count, loomFloat32, loomSum, c.comm, s2.get()));
         ASSERT_LOOM_OK(loomGroupEnd());
-        ASSERT_LOOM_OK(loomAllReduce(w.data(), w.data(), w.size(), loomInt64, loomSum, other.get(),
-                                     s2.get()));
+        ASSERT_LOOM_OK(
+            loomAllReduce(w.data(), w.data(), w.size(), loomInt64, loomSum, other.get(), s2.get()));
         harness::meet(c, c.nranks);
         loomResult_t r2 = loomStreamSynchronize(s2.get());
         std::string why2 = loomGetLastError(nullptr);
-        EXPECT_EQ(r2, loomRemoteError) << where(c) << ": " << loomGetErrorString(r2) << ": " << why2;
+        EXPECT_EQ(r2, loomRemoteError)
+            << where(c) << ": " << loomGetErrorString(r2) << ": " << why2;
         EXPECT_TRUE(harness::names_rank(why2, aborter)) << why2;
         for (size_t i = 0; i < w.size(); i++)
           ASSERT_EQ(w[i], tri(c.nranks - 1)) << where(c) << " w[" << i << "]: s2's later work";

@@ -323,16 +323,19 @@ TEST(StreamGate, DestroyWhileGated) {
     ASSERT_EQ(stream_wait_event(s, e), loomSuccess);
     stream_work w = {probe_run, nullptr, &after};
     ASSERT_EQ(stream_enqueue(s, &w), loomSuccess);
+    event_retain(e);  // the producer's; this thread keeps its own for the probe
     std::thread producer([e, round] {
       if (round % 4 == 0) usleep(1000);
       event_arm(e, 60000);
       event_complete(e, loomSuccess, nullptr);
-      event_release(e);  // the producer's reference: the gate may outlive it
+      event_release(e);  // the gate may outlive it
     });
     ASSERT_EQ(loomStreamDestroy(h), loomSuccess);
     EXPECT_EQ(after.ran_at.load(), 0) << "round " << round;
     EXPECT_EQ(after.saw_done.load(), 1) << "round " << round;
     producer.join();
+    EXPECT_EQ(event_refs(e), 1) << "round " << round << ": the gate let go of the event";
+    event_release(e);
   }
 }
 
