@@ -6,6 +6,7 @@
 
 #include "collectives/coll.h"
 #include "core/checks.h"
+#include "core/event.h"
 
 /* Every executor of this build. A CUDA executor joins the list when CUDA
  * is compiled in. */
@@ -74,8 +75,22 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
 
 static void launch_free(struct exec_launch* l) {
   l->ex->release(l);
+  /* Released first: whoever waits for the launch finds its turns passed
+   * on and its transfers withdrawn. */
+  if (l->done_event) {
+    event_complete(l->done_event, l->result, err_thread_last());
+    event_release(l->done_event);
+  }
   tasks_release(l->tasks, l->ntasks);
   free(l);
+}
+
+void exec_launch_arm(struct exec_launch* l) {
+  /* Each communicator's deadline counts from the turn; then up to 1.5 s to
+   * name a failure's cause (root_cause in exec_host.c) and the release. */
+  long long bound = 0;
+  for (int i = 0; i < l->ntasks; i++) bound = LOOM_MAX(bound, l->tasks[i].comm->timeout_ms);
+  event_arm(l->done_event, bound + 2000);
 }
 
 loomResult_t exec_launch_run(struct exec_launch* l) {

@@ -56,6 +56,10 @@ struct exec_launch {
    * only waits for its turns and passes them on, running nothing). */
   loomResult_t result;
   int cancel;
+  /* Completed with result once the launch is released (streams other than
+   * the one it runs on wait for it), and armed when its turns come; NULL:
+   * nobody waits. A reference, the launch's. */
+  struct loom_event* done_event;
 };
 
 extern const struct loom_executor exec_host;
@@ -76,6 +80,12 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
 loomResult_t exec_launch_run(struct exec_launch* l);
 /* Releases and frees a prepared launch that will never run. */
 void exec_launch_drop(struct exec_launch* l);
+/* For executors: l's turns have come and it starts now. From here its own
+ * deadlines bound it, so its done_event gets one too (event_arm). */
+void exec_launch_arm(struct exec_launch* l);
+static inline void exec_launch_started(struct exec_launch* l) {
+  if (l->done_event) exec_launch_arm(l);
+}
 
 #ifdef __cplusplus
 }

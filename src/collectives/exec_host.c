@@ -619,6 +619,7 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
   if (!h->started) {
     if (turns_reached(h)) {
       h->started = 1;
+      exec_launch_started(l);
       moved = 1;
       if (h->waiting) turn_waiting(h, 0);
       for (int i = 0; i < h->nruns; i++)

@@ -2,9 +2,10 @@
  * thread (NULL stream), or queued on a host stream's worker.
  *
  * A launch whose tasks name several streams runs on the first one; each
- * other stream gets a marker that waits for the launch, so every stream
- * involved is ordered after it. The launch itself is prepared at call time
- * by its executor (collectives/exec.h). */
+ * other stream gets a gate on the launch's event (core/event.h), so every
+ * stream involved is ordered after it without a worker blocking for it.
+ * The launch itself is prepared at call time by its executor
+ * (collectives/exec.h). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "collectives/coll.h"
 #include "collectives/exec.h"
 #include "core/checks.h"
+#include "core/event.h"
 #include "core/stream.h"
 
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER; /* see launch() */
@@ -24,91 +26,43 @@ void tasks_release(struct coll_task* tasks, int ntasks) {
   free(tasks);
 }
 
-/* A launch queued on host streams: the first stream runs it, the others
- * wait for it (a host stream's worker has nothing else to do meanwhile;
- * the CUDA executor orders its streams with events instead). */
-struct queued {
-  struct exec_launch* l;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int finished;
-  int refs;
-};
-
-static void queued_unref(struct queued* q) {
-  pthread_mutex_lock(&q->lock);
-  int last = --q->refs == 0;
-  pthread_mutex_unlock(&q->lock);
-  if (!last) return;
-  pthread_mutex_destroy(&q->lock);
-  pthread_cond_destroy(&q->cond);
-  free(q);
+static loomResult_t launch_work(void* arg) {
+  return exec_launch_run(arg);
 }
 
-static loomResult_t queued_run(void* arg) {
-  struct queued* q = arg;
-  loomResult_t r = exec_launch_run(q->l);
-  q->l = NULL;
-  pthread_mutex_lock(&q->lock);
-  q->finished = 1;
-  pthread_cond_broadcast(&q->cond);
-  pthread_mutex_unlock(&q->lock);
-  return r;
-}
-
-/* The launch always finishes (its waits have deadlines), so neither does
- * this wait need one of its own. */
-static loomResult_t queued_wait(void* arg) {
-  struct queued* q = arg;
-  pthread_mutex_lock(&q->lock);
-  while (!q->finished) pthread_cond_wait(&q->cond, &q->lock);
-  pthread_mutex_unlock(&q->lock);
-  return loomSuccess;
-}
-
-static void queued_free(void* arg) {
-  queued_unref(arg);
-}
-
-static loomResult_t launch_on_streams(struct exec_launch* l, struct loom_stream* first) {
-  struct queued* q = calloc(1, sizeof(*q));
-  /* Every stream involved: the first runs the launch, the others wait for
-   * it. All references are taken before anything is queued, since a worker
-   * may run and release its share at once. */
-  struct loom_stream** streams = malloc((size_t)l->ntasks * sizeof(*streams));
-  if (!q || !streams) {
-    free(q);
-    free(streams);
-    exec_launch_drop(l);
-    return err_set(NULL, loomSystemError, "out of memory");
-  }
-  q->l = l;
-  pthread_mutex_init(&q->lock, NULL);
-  pthread_cond_init(&q->cond, NULL);
-  int nstreams = 0;
-  streams[nstreams++] = first;
+/* Queues a gate for l's done_event on every stream of its tasks but first
+ * (each once). */
+static loomResult_t gates_queue(struct exec_launch* l, struct loom_stream* first) {
   for (int i = 0; i < l->ntasks; i++) {
     struct loom_stream* s = l->tasks[i].stream;
-    int seen = !s;
-    for (int j = 0; j < nstreams && !seen; j++) seen = streams[j] == s;
-    if (!seen) streams[nstreams++] = s;
+    int seen = !s || s == first;
+    for (int j = 0; j < i && !seen; j++) seen = l->tasks[j].stream == s;
+    if (!seen) LOOM_CHECK(stream_wait_event(s, l->done_event));
   }
-  q->refs = nstreams;
-  struct stream_work w = {queued_run, queued_free, q};
-  loomResult_t r = stream_enqueue(first, &w);
-  if (r != loomSuccess) {
-    free(streams);
-    exec_launch_drop(l);
-    q->refs = 1;
-    queued_unref(q);
-    return r;
-  }
-  for (int k = 1; k < nstreams; k++) {
-    struct stream_work wait = {queued_wait, queued_free, q};
-    if (stream_enqueue(streams[k], &wait) != loomSuccess) queued_unref(q);
-  }
-  free(streams);
   return loomSuccess;
+}
+
+/* Queues l on its first stream. The other streams of its tasks get a gate
+ * on l's event, so their later work waits for l; their workers sleep
+ * meanwhile. One stream (the common case) needs no event. The gates go
+ * first: when one cannot be queued, l is dropped before it ran. */
+static loomResult_t launch_on_streams(struct exec_launch* l, struct loom_stream* first) {
+  int several = 0;
+  for (int i = 0; i < l->ntasks && !several; i++)
+    several = l->tasks[i].stream && l->tasks[i].stream != first;
+  loomResult_t r = loomSuccess;
+  if (several) {
+    r = event_create(EVENT_HOST, &l->done_event);
+    if (r == loomSuccess) r = gates_queue(l, first);
+  }
+  struct stream_work w = {launch_work, NULL, l};
+  if (r == loomSuccess) r = stream_enqueue(first, &w);
+  if (r != loomSuccess) {
+    /* The gates queued already open, with the error. */
+    if (l->done_event) event_complete(l->done_event, r, err_thread_last());
+    exec_launch_drop(l);
+  }
+  return r;
 }
 
 /* Takes ownership of tasks (malloc'd). The launch is prepared here, on the

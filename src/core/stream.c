@@ -1,21 +1,37 @@
 /* stream.c - streams: host streams (calls on a stream return at once and
  * their work runs in order on the stream's worker thread), and the wrappers
- * of CUDA streams. */
+ * of CUDA streams.
+ *
+ * A host stream's queue holds work and gates. A gate holds the queue until
+ * its event completes: the worker sleeps in its own loop, not inside a work
+ * item, and the event's completion wakes it (docs/streams.md). */
 #include "core/stream.h"
 
 #include <limits.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/checks.h"
 #include "core/comm.h"
+#include "core/event.h"
 #include "core/handle.h"
 
+/* A unit of work, or a gate: a gate_item, marked by w.run == NULL. */
 struct work_item {
   struct stream_work w;
   struct work_item* next;
+};
+
+struct gate_item {
+  struct work_item it; /* first: the queue links gates as work items */
+  struct loom_event* ev;
+  struct event_waiter waiter;
+  struct loom_stream* s;
+  int watching; /* waiter is registered with ev */
 };
 
 struct loom_stream {
@@ -37,6 +53,64 @@ struct loom_stream {
   char error_text[LOOM_ERR_LEN];
 };
 
+/* A gate's waiter: its event completed or was armed. Runs under the
+ * event's lock and takes the stream's, so a worker that looked at the event
+ * under the stream's lock is asleep by now and gets the signal. */
+static void gate_wake(struct event_waiter* w) {
+  struct gate_item* g = (struct gate_item*)((char*)w - offsetof(struct gate_item, waiter));
+  pthread_mutex_lock(&g->s->lock);
+  pthread_cond_signal(&g->s->work);
+  pthread_mutex_unlock(&g->s->lock);
+}
+
+/* Sleeps on s->work (s->lock held) until signalled or dl passes. */
+static void stream_sleep(struct loom_stream* s, const struct deadline* dl) {
+  if (!dl->at_ns) {
+    pthread_cond_wait(&s->work, &s->lock);
+    return;
+  }
+  struct timespec ts = {(time_t)(dl->at_ns / 1000000000u), (long)(dl->at_ns % 1000000000u)};
+  pthread_cond_timedwait(&s->work, &s->lock, &ts);
+}
+
+/* The gate g at the head of s's queue (s->lock held): 0 while it holds the
+ * queue, after one sleep (the caller looks again); 1 once it opens, with
+ * the result to record in *r_out: its event's, or loomTimeout when the
+ * event's deadline passed first (both with the thread's error text). The
+ * stream's lock is dropped to (un)register with the event, whose lock
+ * comes first. */
+static int gate_open(struct loom_stream* s, struct gate_item* g, loomResult_t* r_out) {
+  if (!event_done(g->ev)) {
+    if (!g->watching) {
+      pthread_mutex_unlock(&s->lock);
+      g->watching = event_watch(g->ev, &g->waiter);
+      pthread_mutex_lock(&s->lock);
+      return 0;
+    }
+    struct deadline dl = event_deadline(g->ev);
+    if (!deadline_passed(&dl)) {
+      stream_sleep(s, &dl);
+      return 0;
+    }
+  }
+  if (g->watching) {
+    pthread_mutex_unlock(&s->lock);
+    event_unwatch(g->ev, &g->waiter); /* then no wake can touch g or s */
+    pthread_mutex_lock(&s->lock);
+    g->watching = 0;
+  }
+  if (event_done(g->ev)) {
+    char why[LOOM_ERR_LEN];
+    *r_out = event_result(g->ev, why, sizeof(why));
+    if (*r_out != loomSuccess) err_copy_to_thread(why);
+  } else {
+    *r_out = err_set(NULL, loomTimeout,
+                     "a host stream waited for a launch on another stream past twice that "
+                     "launch's deadline; the stream's later work runs without waiting longer");
+  }
+  return 1;
+}
+
 static void* stream_main(void* arg) {
   struct loom_stream* s = arg;
   pthread_mutex_lock(&s->lock);
@@ -44,10 +118,15 @@ static void* stream_main(void* arg) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->lock);
     if (!s->head) break; /* stopping and drained */
     struct work_item* it = s->head;
-    pthread_mutex_unlock(&s->lock);
-    loomResult_t r = it->w.run(it->w.arg);
-    if (it->w.free) it->w.free(it->w.arg);
-    pthread_mutex_lock(&s->lock);
+    loomResult_t r;
+    if (__builtin_expect(!it->w.run, 0)) {
+      if (!gate_open(s, (struct gate_item*)it, &r)) continue;
+    } else {
+      pthread_mutex_unlock(&s->lock);
+      r = it->w.run(it->w.arg);
+      if (it->w.free) it->w.free(it->w.arg);
+      pthread_mutex_lock(&s->lock);
+    }
     s->head = it->next;
     if (!s->head) s->tail = NULL;
     if (r != loomSuccess && s->first_error == loomSuccess) {
@@ -59,6 +138,7 @@ static void* stream_main(void* arg) {
       s->wake_at = ULLONG_MAX;
       pthread_cond_broadcast(&s->done);
     }
+    if (!it->w.run) event_release(((struct gate_item*)it)->ev);
     free(it);
   }
   pthread_mutex_unlock(&s->lock);
@@ -102,7 +182,11 @@ loomResult_t loomStreamCreate(loomStream_t* stream) {
   struct loom_stream* s = calloc(1, sizeof(*s));
   if (!s) return err_set(NULL, loomSystemError, "out of memory allocating a stream");
   pthread_mutex_init(&s->lock, NULL);
-  pthread_cond_init(&s->work, NULL);
+  pthread_condattr_t ca; /* a gate sleeps on work until a deadline */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->work, &ca);
+  pthread_condattr_destroy(&ca);
   pthread_cond_init(&s->done, NULL);
   s->wake_at = ULLONG_MAX;
   int rc = pthread_create(&s->worker, NULL, stream_main, s);
@@ -165,12 +249,8 @@ struct loom_stream* stream_borrow_cuda(void* cuda_stream) {
   return &view;
 }
 
-loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w) {
-  if (s->kind != STREAM_HOST)
-    return err_set(NULL, loomInternalError, "work queued on a %s", stream_kind_name(s->kind));
-  struct work_item* it = malloc(sizeof(*it));
-  if (!it) return err_set(NULL, loomSystemError, "out of memory queueing work on a stream");
-  it->w = *w;
+/* Appends it to s's queue and wakes the worker. */
+static void stream_push(struct loom_stream* s, struct work_item* it) {
   it->next = NULL;
   pthread_mutex_lock(&s->lock);
   if (s->tail)
@@ -181,6 +261,29 @@ loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w) 
   s->queued++;
   pthread_cond_signal(&s->work); /* no system call when the worker is awake */
   pthread_mutex_unlock(&s->lock);
+}
+
+loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w) {
+  if (s->kind != STREAM_HOST)
+    return err_set(NULL, loomInternalError, "work queued on a %s", stream_kind_name(s->kind));
+  struct work_item* it = malloc(sizeof(*it));
+  if (!it) return err_set(NULL, loomSystemError, "out of memory queueing work on a stream");
+  it->w = *w;
+  stream_push(s, it);
+  return loomSuccess;
+}
+
+loomResult_t stream_wait_event(struct loom_stream* s, struct loom_event* ev) {
+  if (s->kind != STREAM_HOST)
+    return err_set(NULL, loomInternalError, "a %s cannot wait for an event in this build",
+                   stream_kind_name(s->kind));
+  struct gate_item* g = calloc(1, sizeof(*g));
+  if (!g) return err_set(NULL, loomSystemError, "out of memory queueing a wait on a stream");
+  event_retain(ev);
+  g->ev = ev;
+  g->waiter.wake = gate_wake;
+  g->s = s;
+  stream_push(s, &g->it); /* w.run NULL: a gate */
   return loomSuccess;
 }
 

@@ -1,6 +1,8 @@
 /* stream.h - streams: where work runs, in order. A stream has a kind:
  *  - host: an ordered queue of work run by the stream's own worker thread
- *    (loomStreamCreate). Generic: the core knows nothing of the work;
+ *    (loomStreamCreate). Generic: the core knows nothing of the work.
+ *    Work across streams is ordered by events (stream_wait_event), never
+ *    by a worker blocking inside a work item;
  *  - CUDA: a cudaStream_t that work is enqueued on. stream_borrow_cuda
  *    wraps one for a single call without a handle, for callers such as an
  *    NCCL drop-in that pass a raw cudaStream_t on every call and destroy
@@ -16,8 +18,8 @@
 extern "C" {
 #endif
 
-/* A unit of work. run() returns the work's result and may block; free()
- * releases arg afterwards (may be NULL). */
+/* A unit of work. run() (never NULL) returns the work's result and may
+ * block; free() releases arg afterwards (may be NULL). */
 struct stream_work {
   loomResult_t (*run)(void* arg);
   void (*free)(void* arg);
@@ -25,6 +27,7 @@ struct stream_work {
 };
 
 struct loom_stream;
+struct loom_event; /* core/event.h */
 
 enum stream_kind { STREAM_HOST = 0, STREAM_CUDA = 1, STREAM_NONE = 2, STREAM_KIND_COUNT };
 #define STREAM_KIND_BIT(k) (1u << (k))
@@ -48,6 +51,14 @@ loomResult_t stream_get(loomStream_t handle, const char* fn, struct loom_stream*
 /* Queues work on host stream s. Never blocks on the work. On failure the
  * work is neither run nor freed. */
 loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w);
+/* Queues a wait for ev on host stream s (taking a reference on ev): work
+ * queued on s afterwards starts only once ev completes. No work item
+ * blocks: the worker sleeps in its own loop until ev's completion wakes it,
+ * or until ev's deadline (core/event.h) passes. A failed ev is the
+ * stream's error too (loomStreamSynchronize returns it); either way the
+ * later work then runs. Never blocks. loomStreamDestroy waits for the gate
+ * as for any queued work. */
+loomResult_t stream_wait_event(struct loom_stream* s, struct loom_event* ev);
 
 #ifdef __cplusplus
 }
