@@ -35,8 +35,8 @@ struct progress_client {
   struct progress* p;
   const struct progress_client_ops* ops;
   void* arg;
-  int removed;    /* under lock; no callback of it runs once set */
-  int failed; /* the thread's: its progress returned an error, or the engine stopped */
+  int removed; /* under lock; no callback of it runs once set */
+  int failed;  /* the thread's: its progress returned an error, or the engine stopped */
   struct progress_client* next;
 };
 
@@ -51,7 +51,7 @@ struct progress_fd {
    * writer overlaps (it waits for busy to clear, or is the thread). */
   int dead;
   int parked;
-  int err; /* on p->errs: the engine could not watch it again (errno) */
+  int err;                         /* on p->errs: the engine could not watch it again (errno) */
   struct progress_fd *prev, *next; /* the live list, or the graveyard (next) */
   struct progress_fd* next_parked;
   struct progress_fd* next_err;
@@ -63,7 +63,7 @@ struct progress_fd {
 struct progress {
   struct progress_hot hot; /* first: progress_exec_polls reads it through a cast */
   struct loom_comm* comm;
-  int rank; /* for log lines; -1 without a comm */
+  char who[48]; /* "rank R: network progress engine", for log lines */
   int ep_fd, wake_fd;
   pthread_t thread;
   pthread_mutex_t lock;
@@ -146,7 +146,7 @@ static void grave_free(struct progress_fd* f) {
 
 /* Every client is told, once, that nothing progresses it any more. */
 static void clients_fail(struct progress* p, const char* why) {
-  LOOM_WARN(SUB_NET, "rank %d: progress engine stopped: %s", p->rank, why);
+  LOOM_WARN(SUB_NET, "%s stopped: %s", p->who, why);
   for (struct progress_client* c = p->clients; c; c = c->next)
     if (!c->removed && !c->failed) {
       c->failed = 1;
@@ -198,8 +198,8 @@ static int clients_progress(struct progress* p) {
     loomResult_t r = c->ops->progress(c->arg, &moved, &t);
     if (r != loomSuccess) {
       c->failed = 1;
-      LOOM_WARN(SUB_NET, "rank %d: progress engine: client %s failed (%s); it is progressed no more",
-                p->rank, c->ops->name, loomGetErrorString(r));
+      LOOM_WARN(SUB_NET, "%s: client %s failed (%s); it is progressed no more", p->who,
+                c->ops->name, loomGetErrorString(r));
       continue;
     }
     again |= moved;
@@ -264,7 +264,10 @@ loomResult_t progress_create(struct loom_comm* comm, struct progress** out) {
   struct progress* p = calloc(1, sizeof(*p));
   if (p == NULL) return err_set_sub(comm, SUB_NET, loomSystemError, "out of memory");
   p->comm = comm;
-  p->rank = comm ? comm->rank : -1;
+  if (comm)
+    snprintf(p->who, sizeof(p->who), "rank %d: network progress engine", comm->rank);
+  else
+    snprintf(p->who, sizeof(p->who), "network progress engine");
   const char* call = "epoll_create1";
   p->ep_fd = epoll_create1(EPOLL_CLOEXEC);
   if (p->ep_fd < 0) goto fail_epoll;
@@ -289,8 +292,8 @@ fail_wake:
 fail_epoll:
   e = errno;
   free(p);
-  return err_set_sub(comm, SUB_NET, loomSystemError, "network progress engine: %s failed: %s",
-                     call, strerror(e));
+  return err_set_sub(comm, SUB_NET, loomSystemError, "network progress engine: %s failed: %s", call,
+                     strerror(e));
 }
 
 void progress_destroy(struct progress* p) {
