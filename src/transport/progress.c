@@ -382,22 +382,22 @@ int progress_fd_add(struct progress_client* c, int fd, unsigned events, progress
   f->fn = fn;
   f->arg = arg;
   pthread_mutex_lock(&p->lock);
-  /* Linked before epoll may report it, so that the thread finds it whole. */
+  /* Linked, and *out set, before epoll may report it: its callback may
+   * name the handle (to park it), and the thread reads both only after
+   * taking the lock for its round. */
   f->next = p->live;
   if (p->live) p->live->prev = f;
   p->live = f;
+  *out = f;
   int err = epoll_set(p, EPOLL_CTL_ADD, f, events);
   if (err != 0) {
     p->live = f->next;
     if (p->live) p->live->prev = NULL;
+    *out = NULL;
   }
   pthread_mutex_unlock(&p->lock);
-  if (err != 0) {
-    free(f);
-    return err;
-  }
-  *out = f;
-  return 0;
+  if (err != 0) free(f);
+  return err;
 }
 
 int progress_fd_mod(struct progress_fd* f, unsigned events) {

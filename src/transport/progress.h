@@ -99,8 +99,9 @@ loomResult_t progress_client_add(struct progress* p, const struct progress_clien
 void progress_client_remove(struct progress_client* c);
 
 /* Watches fd for events (PROGRESS_IN, _OUT, _RDHUP, _EDGE); fn(arg, ...)
- * runs on each. Returns 0 with *out set, or the errno of the failure (the
- * client reports it naming its peer: the engine has no peer to name). */
+ * runs on each. Returns 0 with *out set (before fn can first run), or the
+ * errno of the failure with *out NULL (the client reports it naming its
+ * peer: the engine has no peer to name). */
 int progress_fd_add(struct progress_client* c, int fd, unsigned events, progress_fd_fn fn,
                     void* arg, struct progress_fd** out);
 /* Changes what f is watched for (a parked descriptor takes it on when the

@@ -42,7 +42,7 @@ bool WaitFor(const std::function<bool()>& pred) {
 
 struct Client {
   std::atomic<int> rounds{0};
-  std::atomic<int> moved_left{0}; // rounds that report moving something
+  std::atomic<int> moved_left{0};  // rounds that report moving something
   std::atomic<int> timeout_ms{-1};
   loomResult_t result = loomSuccess;
   std::atomic<int> failed{0};
@@ -69,7 +69,9 @@ loomResult_t ClientProgress(void* arg, int* moved_out, int* timeout_out) {
   return c->result;
 }
 
-void ClientFail(void* arg, const char*) { static_cast<Client*>(arg)->failed++; }
+void ClientFail(void* arg, const char*) {
+  static_cast<Client*>(arg)->failed++;
+}
 
 const progress_client_ops kOps = {"test", ClientProgress, ClientFail};
 
@@ -181,7 +183,7 @@ TEST_F(ProgressEngine, MovedAndTimeoutBringMoreRounds) {
   Add(c);
   EXPECT_TRUE(WaitFor([&] { return c.rounds >= 6; })) << "a client that moved is called again";
   c.timeout_ms = 1;
-  progress_wake(p_); // takes the timeout on
+  progress_wake(p_);  // takes the timeout on
   int r = c.rounds;
   EXPECT_TRUE(WaitFor([&] { return c.rounds >= r + 5; })) << "its timeout brings rounds";
 }
@@ -228,7 +230,7 @@ TEST_F(ProgressEngine, DeleteFromACallbackDropsTheRestOfTheRound) {
   wa->on = wb->on = on;
   ASSERT_EQ(progress_fd_add(pc, a[0], PROGRESS_IN, OnFd, wa, &wa->handle), 0);
   ASSERT_EQ(progress_fd_add(pc, b[0], PROGRESS_IN, OnFd, wb, &wb->handle), 0);
-  Hold(c); // both become readable while the engine is in a round
+  Hold(c);  // both become readable while the engine is in a round
   ASSERT_EQ(write(a[1], "x", 1), 1);
   ASSERT_EQ(write(b[1], "y", 1), 1);
   Release(c);
@@ -255,7 +257,7 @@ TEST_F(ProgressEngine, DeleteFromAnotherThreadWaitsForTheCallbacks) {
     progress_fd_del(w.handle);
     done = 1;
   });
-  std::this_thread::sleep_for(20ms); // room for a deletion that does not wait to return early
+  std::this_thread::sleep_for(20ms);  // room for a deletion that does not wait to return early
   EXPECT_EQ(done, 0) << "progress_fd_del returned while a round's callbacks ran";
   Release(c);
   t.join();
@@ -274,7 +276,7 @@ TEST_F(ProgressEngine, ErrorsReachTheCallback) {
   fds_.push_back(pfd[1]);
   Watch& wp = NewWatch();
   wp.on = [](Watch* self, unsigned ev, int) {
-    if (ev & PROGRESS_ERR) progress_fd_del(self->handle); // deleting itself, from its callback
+    if (ev & PROGRESS_ERR) progress_fd_del(self->handle);  // deleting itself, from its callback
   };
   // Interest in nothing the writer ever is (errors are always reported).
   ASSERT_EQ(progress_fd_add(pc, pfd[1], PROGRESS_IN, OnFd, &wp, &wp.handle), 0);
@@ -331,8 +333,8 @@ TEST_F(ProgressEngine, IdleHandOverParksAndRearms) {
   EXPECT_EQ(w.calls, 1) << "a parked descriptor woke the engine for data";
   progress_idle(p_);
   ASSERT_TRUE(WaitFor([&] { return w.calls >= 2; })) << "the hand-over lost the waiting data";
-  progress_idle(p_); // nothing polled since: returns at once
-  progress_fd_del(w.handle); // its callback reads this test's locals
+  progress_idle(p_);          // nothing polled since: returns at once
+  progress_fd_del(w.handle);  // its callback reads this test's locals
   EXPECT_EQ(parks, (std::vector<int>{1, 0}));
 }
 
@@ -358,7 +360,7 @@ TEST_F(ProgressEngine, AnEngineFailureReachesTheCallback) {
   progress_exec_polls(p_);
   ASSERT_EQ(write(sv[1], "x", 1), 1);
   ASSERT_TRUE(WaitFor([&] { return w.calls >= 1; }));
-  close(sv[0]); // leaves the epoll set: re-arming it fails
+  close(sv[0]);  // leaves the epoll set: re-arming it fails
   progress_idle(p_);
   EXPECT_TRUE(WaitFor([&] { return w.err != 0; }));
   EXPECT_EQ(w.err, EBADF);
@@ -375,7 +377,7 @@ TEST_F(ProgressEngine, RemovedClientIsCalledNoMore) {
   Pair(sv);
   Watch& w = NewWatch();
   ASSERT_EQ(progress_fd_add(pa, sv[0], PROGRESS_IN, OnFd, &w, &w.handle), 0);
-  progress_client_remove(pa); // its descriptor goes with it
+  progress_client_remove(pa);  // its descriptor goes with it
   int r = a.rounds;
   ASSERT_EQ(write(sv[1], "x", 1), 1);
   TwoRounds(b);
@@ -405,7 +407,7 @@ TEST_F(ProgressEngine, TeardownWhileTheThreadSleeps) {
   Watch& w = NewWatch();
   ASSERT_EQ(progress_fd_add(pc, sv[0], PROGRESS_IN, OnFd, &w, &w.handle), 0);
   ASSERT_TRUE(WaitFor([&] { return c.rounds >= 1; }));
-  TwoRounds(c); // asleep after this
+  TwoRounds(c);  // asleep after this
   progress* p = p_;
   p_ = nullptr;
   auto done = std::async(std::launch::async, [p] { progress_destroy(p); });
