@@ -14,6 +14,7 @@
 #include "core/checks.h"
 #include "core/params.h"
 #include "transport/peer.h"
+#include "transport/progress.h"
 #include "transport/rankseg.h"
 
 struct tp_comm {
@@ -21,8 +22,9 @@ struct tp_comm {
   struct conn** send_conns; /* [lane * nranks + peer] */
   struct conn** recv_conns;
   int spin;
-  int helper_threads;      /* threads a transport runs for this rank (tp_helper_thread_add) */
-  struct peer_state* peer; /* peer.c */
+  int helper_threads;        /* threads a transport runs for this rank (tp_helper_thread_add) */
+  struct progress* progress; /* the network progress engine, once a transport asks for it */
+  struct peer_state* peer;   /* peer.c */
   int allowed[TP_MAX_TRANSPORTS]; /* by LOOM_TRANSPORTS, index in all_transports */
   void* state[TP_MAX_TRANSPORTS]; /* each transport's own (tp_comm_state) */
 };
@@ -151,8 +153,16 @@ void tp_helper_thread_add(struct loom_comm* comm) {
 }
 
 void tp_idle(struct loom_comm* comm) {
+  progress_idle(comm->tp->progress); /* what the executor polled, the engine's thread watches */
   for (int i = 0; i < NTRANSPORTS; i++)
     if (comm->tp->state[i]) all_transports[i]->idle(comm);
+}
+
+loomResult_t tp_progress_get(struct loom_comm* comm, struct progress** out) {
+  struct tp_comm* tp = comm->tp;
+  if (tp->progress == NULL) LOOM_CHECK(progress_create(comm, &tp->progress));
+  *out = tp->progress;
+  return loomSuccess;
 }
 
 void** tp_comm_state(struct loom_comm* comm, const struct loom_transport* t) {
@@ -212,6 +222,7 @@ void tp_comm_fini(struct loom_comm* comm) {
   int e = atomic_load(&comm->async_error);
   int failed = (e != loomSuccess && e != loomInProgress) || atomic_load(&comm->aborted);
   for (int t = 0; t < NTRANSPORTS; t++) all_transports[t]->comm_fini(comm, failed);
+  progress_destroy(tp->progress); /* its clients have left it */
   rankseg_fini(comm, &tp->segs);
   free(tp->send_conns);
   free(tp->recv_conns);

@@ -124,8 +124,9 @@ struct loom_transport {
    * left behind). failed: the communicator is in error. Never blocks. */
   void (*comm_fini)(struct loom_comm* comm, int failed);
   /* The executor of comm is about to sleep on its doorbell: what the
-   * transport's own thread must watch while nobody polls, it watches from
-   * now on. Cheap when there is nothing to hand over (tp_idle_none). */
+   * transport must have watched while nobody polls, is watched from now on.
+   * Cheap when there is nothing to hand over (tp_idle_none). Clients of the
+   * progress engine need none: tp_idle hands their descriptors over. */
   void (*idle)(struct loom_comm* comm);
   /* Registers [buf, buf + bytes) of memory kind kind for transfers over
    * this transport on comm (pinning, keys a NIC needs); *handle_out is
@@ -195,10 +196,18 @@ struct bell* tp_peer_bell(struct loom_comm* comm, int peer);
 /* Where transport t keeps its per-communicator state (NULL until its
  * comm_init sets it). */
 void** tp_comm_state(struct loom_comm* comm, const struct loom_transport* t);
-/* A transport's comm_init says it runs a thread of its own for this rank
- * (the waiters then spin less, so as not to starve it). */
+/* A thread runs for this rank beside its executors (the progress engine's,
+ * when it starts): the waiters then spin less, so as not to starve it.
+ * Before comm_init returns, to count. */
 void tp_helper_thread_add(struct loom_comm* comm);
-/* The executor of comm is about to sleep (each transport's idle hook). */
+/* The network progress engine of comm (transport/progress.h), made at the
+ * first call; shared by every transport that needs a thread. From
+ * comm_init only (the executor reads it unlocked afterwards). Freed by
+ * tp_comm_fini after every transport's comm_fini. */
+struct progress;
+loomResult_t tp_progress_get(struct loom_comm* comm, struct progress** out);
+/* The executor of comm is about to sleep: the progress engine's idle
+ * hand-over, then each transport's idle hook. */
 void tp_idle(struct loom_comm* comm);
 /* Registers [buf, buf + bytes) with every transport allowed on comm that
  * needs registration (caps.registers), each one's handle in

@@ -1,11 +1,11 @@
 /* socket.c - ranks on different hosts (or any ranks, with
  * LOOM_TRANSPORTS=socket): TCP streams progressed by the executor while it
- * polls and by one network thread per communicator while it sleeps
+ * polls and by the communicator's progress engine while it sleeps
  * (socket_net.c, socket_stream.c; the design is in socket.h).
  *
  * This file is what the executor calls. Posting puts the transfer in the
  * connection's message ring and, once the connection is up, moves what it
- * can at once (before that, it kicks the network thread); test() reads the
+ * can at once (before that, it kicks the engine's thread); test() reads the
  * connection's atomic completion count and, while the transfer is not done,
  * progresses the connection when its lock is free. At init every rank opens one listening socket
  * for the communicator and all ranks exchange its address. */
@@ -28,7 +28,7 @@ static struct sock_comm* sock_comm_of(struct loom_comm* comm) {
   return *tp_comm_state(comm, &loom_transport_socket);
 }
 
-/* ---- Helpers for the network thread ------------------------------------------ */
+/* ---- Helpers for the engine's thread ------------------------------------------ */
 
 void sock_wake_rank(struct sock_comm* sc) {
   bell_ring(tp_self_bell(sc->comm));
@@ -86,7 +86,7 @@ void sock_conn_kick(struct sock_conn* c) {
   c->next_dirty = sc->dirty_list;
   sc->dirty_list = c;
   pthread_mutex_unlock(&sc->lock);
-  sock_thread_wake(sc);
+  progress_wake(sc->engine);
 }
 
 void sock_conn_free(struct sock_conn* c) {
@@ -133,7 +133,6 @@ static loomResult_t socket_connect(struct loom_comm* comm, int peer, int is_send
   c->cap = SOCK_RING_FIRST;
   c->nstreams = is_send ? sc->nstreams : 0; /* a receiver learns it from the hellos */
   for (int i = 0; i < SOCK_MAX_STREAMS; i++) {
-    c->streams[i].ep.kind = EP_STREAM;
     c->streams[i].conn = c;
     c->streams[i].index = i;
     c->streams[i].fd = -1;
@@ -142,10 +141,13 @@ static loomResult_t socket_connect(struct loom_comm* comm, int peer, int is_send
   c->connect_dl = deadline_in_ms(comm->timeout_ms);
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_lock(&sc->lock);
+  /* Under the lock: the engine's fail callback breaks what is on the list. */
+  if (atomic_load_explicit(&sc->engine_failed, memory_order_acquire))
+    sock_conn_break(c, loomSystemError, "no connection to peer %d: %s", peer, sc->engine_why);
   c->next_new = sc->new_list;
   sc->new_list = c;
   pthread_mutex_unlock(&sc->lock);
-  sock_thread_wake(sc);
+  progress_wake(sc->engine);
   *out = &c->base;
   return loomSuccess;
 }
@@ -182,15 +184,9 @@ static int msg_done(struct sock_conn* c, const struct xfer* x) {
   return (int32_t)((uint32_t)completed - x->slot) > 0;
 }
 
-/* The executor is at the sockets (socket_idle ends it). */
-static void exec_polls(struct sock_comm* sc) {
-  if (!atomic_load_explicit(&sc->exec_active, memory_order_relaxed))
-    atomic_store_explicit(&sc->exec_active, 1, memory_order_release);
-}
-
 static loomResult_t socket_post(struct conn* base, struct xfer* x) {
   struct sock_conn* c = (struct sock_conn*)base;
-  exec_polls(c->sc);
+  progress_exec_polls(c->sc->engine); /* the executor is at the sockets (until tp_idle) */
   x->conn = base;
   x->next = NULL;
   x->done = 0;
@@ -220,7 +216,7 @@ static loomResult_t socket_post(struct conn* base, struct xfer* x) {
   if (c->peer_gone) sock_conn_break(c, loomRemoteError, "%s", c->why);
   /* Once every stream is up, the poster moves what it can at once: a small
    * message goes out (or, posted late, comes in) without waking the
-   * network thread. What is left, the thread finishes on the socket's next
+   * engine's thread. What is left, the thread finishes on the socket's next
    * edge, as every mover reads and writes until the socket says EAGAIN. */
   int inline_ok = conn_inline_ok(c);
   if (inline_ok) sock_stream_progress(c);
@@ -236,8 +232,8 @@ static loomResult_t socket_test(struct xfer* x, int* done_out) {
     return loomSuccess;
   }
   int done = msg_done(c, x);
-  if (!done) exec_polls(c->sc);
-  /* A waiting executor polls the sockets itself (when the network thread is
+  if (!done) progress_exec_polls(c->sc->engine);
+  /* A waiting executor polls the sockets itself (when the engine's thread is
    * not at them): no hand-off between threads on the way in. */
   if (!done && atomic_load_explicit(&c->up, memory_order_acquire) &&
       pthread_mutex_trylock(&c->lock) == 0) {
@@ -257,7 +253,7 @@ static loomResult_t socket_test(struct xfer* x, int* done_out) {
   return loomSuccess;
 }
 
-/* The network thread moves bytes only under c->lock and only for a live
+/* The engine's thread moves bytes only under c->lock and only for a live
  * connection: once dead is set under the lock, no buffer of a posted
  * transfer is touched again. */
 static loomResult_t socket_cancel(struct conn* base) {
@@ -268,7 +264,7 @@ static loomResult_t socket_cancel(struct conn* base) {
   return loomSuccess;
 }
 
-/* The network thread closes the sockets and frees the connection, after
+/* The engine's thread closes the sockets and frees the connection, after
  * the events it may still hold for it. */
 static loomResult_t socket_close(struct conn* base) {
   struct sock_conn* c = (struct sock_conn*)base;
@@ -278,7 +274,7 @@ static loomResult_t socket_close(struct conn* base) {
   c->next_closing = sc->closing_list;
   sc->closing_list = c;
   pthread_mutex_unlock(&sc->lock);
-  sock_thread_wake(sc);
+  progress_wake(sc->engine);
   return loomSuccess;
 }
 
@@ -336,7 +332,7 @@ static loomResult_t socket_comm_init(struct loom_comm* comm, int used) {
   struct sock_comm* sc = calloc(1, sizeof(*sc));
   if (sc == NULL) return err_set(comm, loomSystemError, "out of memory");
   sc->comm = comm;
-  sc->listen_fd = sc->ep_fd = sc->wake_fd = -1;
+  sc->listen_fd = -1;
   pthread_mutex_init(&sc->lock, NULL);
   *tp_comm_state(comm, &loom_transport_socket) = sc; /* comm_fini frees it on any failure */
   sc->secret = boot_secret(comm);
@@ -354,11 +350,6 @@ static loomResult_t socket_comm_init(struct loom_comm* comm, int used) {
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   LOOM_CHECK(boot_allgather(comm, &mine, sizeof(mine), sc->addrs, &dl));
   return sock_net_start(sc);
-}
-
-static void socket_idle(struct loom_comm* comm) {
-  struct sock_comm* sc = sock_comm_of(comm);
-  if (sc != NULL) sock_net_idle(sc);
 }
 
 static void socket_comm_fini(struct loom_comm* comm, int failed) {
@@ -389,7 +380,7 @@ const struct loom_transport loom_transport_socket = {
     .close = socket_close,
     .comm_init = socket_comm_init,
     .comm_fini = socket_comm_fini,
-    .idle = socket_idle,
+    .idle = tp_idle_none, /* the progress engine's hand-over (tp_idle) covers it */
     .mem_reg = tp_mem_reg_none,
     .mem_dereg = tp_mem_dereg_none,
     .fifo_describe = tp_fifo_describe_none,

@@ -1,17 +1,19 @@
 /* socket.h - the socket transport's insides, shared by socket.c (the table:
- * what the executor calls), socket_net.c (the network thread: epoll,
- * accepting, handshakes, connecting) and socket_stream.c (moving frames).
+ * what the executor calls), socket_net.c (its side of the communicator's
+ * progress engine: accepting, handshakes, connecting) and socket_stream.c
+ * (moving frames).
  *
  * Threads. The executor thread(s) of a communicator post transfers and test
- * them; one network thread per communicator accepts, connects and says the
- * hellos. Once a connection is up, its bytes are moved by whichever thread
- * is at it: the executor at post and while it polls, the network thread
- * while the executor sleeps (exec_active, sock_net_idle). A connection's
- * lock guards its message ring and its streams' progress: every mover holds
- * it while it reads or writes the caller's buffers, so cancel and close,
- * which take it, know that no byte of a withdrawn transfer moves once they
- * return. Completion is published through an atomic counter, read without
- * the lock.
+ * them; the communicator's progress engine (transport/progress.h), of which
+ * this transport is a client, accepts, connects and says the hellos on its
+ * thread. Once a connection is up, its bytes are moved by whichever thread
+ * is at it: the executor at post and while it polls, the engine's thread
+ * while the executor sleeps (the engine's idle hand-over: a stream's
+ * callback parks it while the executor polls). A connection's lock guards
+ * its message ring and its streams' progress: every mover holds it while it
+ * reads or writes the caller's buffers, so cancel and close, which take it,
+ * know that no byte of a withdrawn transfer moves once they return.
+ * Completion is published through an atomic counter, read without the lock.
  *
  * Wire. The connecting side (the sender) opens nstreams TCP streams per
  * (peer, direction, lane) connection and starts each with a struct
@@ -30,6 +32,7 @@
 
 #include "core/accept.h"
 #include "core/sock.h"
+#include "transport/progress.h"
 #include "transport/transport.h"
 
 /* "p2p" or "collective", for messages. */
@@ -68,13 +71,7 @@ struct sock_frame {
   uint64_t offset;    /* of this frame's payload in the message */
 };
 
-/* What epoll hands back: the first member of everything registered. */
-enum sock_ep_kind { EP_WAKE, EP_ACCEPT, EP_STREAM };
-struct sock_ep {
-  enum sock_ep_kind kind;
-};
-
-/* One posted transfer, as the network thread tracks it. */
+/* One posted transfer, as the movers track it. */
 struct sock_msg {
   struct xfer* x;
   uint32_t nframes;     /* receiver: 0 until the first frame says */
@@ -94,10 +91,10 @@ enum sock_stream_state {
 struct sock_conn;
 
 struct sock_stream {
-  struct sock_ep ep; /* first: EP_STREAM */
   struct sock_conn* conn;
   int index;
   int fd;
+  struct progress_fd* watch; /* the engine's handle of fd (its thread's) */
   enum sock_stream_state state;
   /* Sender. */
   uint64_t retry_at_ns;
@@ -115,9 +112,6 @@ struct sock_stream {
   size_t pay_got; /* payload bytes read (into dst or the bounce buffer) */
   char* bounce;   /* reduce receives: the incoming bytes before reducing */
   size_t bounce_have;
-  /* Under sc->lock: taken out of epoll's watch while the executor polls. */
-  int disarmed;
-  struct sock_stream* next_disarmed;
 };
 
 struct sock_conn {
@@ -145,7 +139,7 @@ struct sock_conn {
   struct sock_conn* next_new;
   struct sock_conn* next_dirty;
   struct sock_conn* next_closing;
-  /* The network thread's own. */
+  /* The engine thread's own. */
   struct sock_conn* next_all;
   struct sock_conn* prev_all;
   struct sock_conn* next_batch;
@@ -155,8 +149,8 @@ struct sock_conn {
 };
 
 /* A stream whose hello was right, parked until this rank makes the
- * receiving connection it names. Out of epoll's watch until then. (Before
- * its hello a connection belongs to the accept set.) */
+ * receiving connection it names. Unwatched until then. (Before its hello
+ * a connection belongs to the accept set.) */
 struct sock_pending {
   int fd;
   union sock_addr addr;
@@ -172,25 +166,22 @@ struct sock_comm {
   size_t chunk;
   size_t bufsize;
   union sock_addr* addrs; /* every rank's listening address */
-  int listen_fd, ep_fd, wake_fd;
-  struct sock_ep accept_ep, wake_ep;
-  char who[48]; /* "rank R: socket transport", for the accept set's lines */
-  pthread_t thread;
-  int thread_live;
-  /* Under lock: what the executor hands the thread. */
+  int listen_fd;
+  char who[48];                   /* "rank R: socket transport", for the accept set's lines */
+  struct progress* engine;        /* the communicator's (tp_progress_get) */
+  struct progress_client* client; /* NULL once it left the engine */
+  struct progress_fd* accept_watch;
+  /* Under lock: what the executor hands the engine's thread. */
   pthread_mutex_t lock;
   struct sock_conn* new_list;
   struct sock_conn* dirty_list;
   struct sock_conn* closing_list;
-  int stop;
-  /* Streams of up connections that epoll does not watch: while exec_active,
-   * the executor polls them itself, and the network thread takes each one
-   * out of the watch at its first event instead of waking for every
-   * message. The executor's idle hook (socket_idle), before it sleeps,
-   * clears exec_active and hands them back. */
-  struct sock_stream* disarmed;
-  _Atomic int exec_active; /* set by the executor's post and test */
-  /* The network thread's own. */
+  /* Set once when the engine stopped for good (why says so): connections
+   * made from then on break at once. */
+  _Atomic int engine_failed;
+  char engine_why[128];
+  /* The engine thread's own. */
+  struct sock_conn* batch;        /* connections to progress this round */
   struct sock_conn** recv_by_key; /* [lane * nranks + peer] */
   struct sock_conn* all;
   /* Accepted connections until their hello is through: bounded, with
@@ -214,24 +205,22 @@ void sock_conn_peer_gone(struct sock_conn* c, const char* fmt, ...)
 void sock_conn_retire(struct sock_conn* c);
 /* Rings this rank's doorbell. */
 void sock_wake_rank(struct sock_comm* sc);
-/* Tells the network thread to look at c (any thread). */
+/* Tells the engine's thread to look at c (any thread). */
 void sock_conn_kick(struct sock_conn* c);
 /* Frees a connection nobody references any more. */
 void sock_conn_free(struct sock_conn* c);
 
-/* The epoll events a stream is watched for. */
-uint32_t sock_stream_events(const struct sock_conn* c);
+/* What the engine watches a stream for (PROGRESS_*). */
+unsigned sock_stream_events(const struct sock_conn* c);
 
-/* ---- socket_net.c: the network thread ---- */
+/* ---- socket_net.c: the transport's side of the progress engine ---- */
 
+/* Joins the communicator's progress engine (starting its thread) and
+ * watches the listener. */
 loomResult_t sock_net_start(struct sock_comm* sc);
-/* Wakes the network thread to look at its lists (any thread). */
-void sock_thread_wake(struct sock_comm* sc);
-/* Stops the thread and joins it; then releases every socket it owned.
- * Never blocks on peers. */
+/* Leaves the engine (after which none of its callbacks runs), then
+ * releases every connection and socket. Never blocks on peers. */
 void sock_net_stop(struct sock_comm* sc);
-/* The executor is about to sleep: the thread watches every stream again. */
-void sock_net_idle(struct sock_comm* sc);
 
 /* ---- socket_stream.c: frames, under c->lock, on any thread ---- */
 

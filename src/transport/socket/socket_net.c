@@ -1,13 +1,16 @@
-/* socket_net.c - the network thread of one communicator: one epoll loop
- * over the listening socket, the connections being accepted, every stream,
- * and an eventfd through which the executor hands over new connections,
- * posted transfers and closed connections.
+/* socket_net.c - the socket transport as a client of the communicator's
+ * progress engine (transport/progress.h): the engine watches the listener
+ * (through the accept set) and every stream, and calls back here on its
+ * thread; the executor hands over new connections, posted transfers and
+ * closed connections through three lists and the engine's wake-up.
  *
- * A round: wait for events (until the accept set's next deadline, at most
- * SOCK_TICK_MS while a connect retries), handle them, then the executor's
- * lists, then progress every connection that something happened to, then
- * timers; connections closed by the executor are freed last, when no event
- * of the round can name them any more.
+ * An engine round: the callbacks of the descriptors with events (accepting,
+ * a stream's event adds its connection to the round's batch), then
+ * sock_net_progress: the executor's lists, then progress every connection
+ * of the batch, then timers; connections closed by the executor are freed
+ * last. The engine waits until the accept set's next deadline, at most
+ * SOCK_TICK_MS while a connect retries (the timeout sock_net_progress asks
+ * for).
  *
  * Accepting never blocks the thread: the listener's connections belong to
  * an accept set (core/accept.h) until their hello is through, which reads
@@ -21,29 +24,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "core/checks.h"
 #include "transport/socket/socket.h"
 
 #define SOCK_TICK_MS 10
-#define SOCK_EVENTS 64
 
-void sock_thread_wake(struct sock_comm* sc) {
-  uint64_t one = 1;
-  ssize_t n;
-  do {
-    n = write(sc->wake_fd, &one, sizeof(one));
-  } while (n < 0 && errno == EINTR); /* EAGAIN: the count is huge, it is awake anyway */
-}
-
-static void batch_add(struct sock_conn** batch, struct sock_conn* c) {
+static void batch_add(struct sock_comm* sc, struct sock_conn* c) {
   if (c->in_batch) return;
   c->in_batch = 1;
-  c->next_batch = *batch;
-  *batch = c;
+  c->next_batch = sc->batch;
+  sc->batch = c;
+}
+
+static void stream_on_event(void* arg, unsigned events, int err);
+
+/* The engine watches s (its fd set) from now on. Returns 0 or the errno. */
+static int stream_watch(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s) {
+  return progress_fd_add(sc->client, s->fd, sock_stream_events(c), stream_on_event, s, &s->watch);
+}
+
+/* Before s's fd is closed. After the client left the engine, the handles
+ * are gone already. */
+static void stream_unwatch(struct sock_comm* sc, struct sock_stream* s) {
+  if (s->watch != NULL && sc->client != NULL) progress_fd_del(s->watch);
+  s->watch = NULL;
 }
 
 /* ---- Accepting --------------------------------------------------------------- */
@@ -120,14 +126,20 @@ static const char* stream_attach(struct sock_comm* sc, struct sock_conn* c, stru
   }
   pthread_mutex_unlock(&c->lock);
   if (why != NULL) return why;
-  struct epoll_event ev = {.events = sock_stream_events(c), .data.ptr = &c->streams[h->stream].ep};
-  epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, p->fd, &ev);
-  free(p);
+  struct sock_stream* s = &c->streams[h->stream];
+  free(p); /* and h with it */
+  int err = stream_watch(sc, c, s);
+  if (err != 0) {
+    pthread_mutex_lock(&c->lock);
+    sock_conn_break(c, loomSystemError, "cannot watch socket stream %d from peer %d (%s lane): %s",
+                    s->index, c->base.peer, sock_lane_name(c->base.lane), strerror(err));
+    pthread_mutex_unlock(&c->lock);
+  }
   return NULL;
 }
 
 /* A complete hello: check it, then attach or park. */
-static void hello_done(struct sock_comm* sc, struct sock_pending* p, struct sock_conn** batch) {
+static void hello_done(struct sock_comm* sc, struct sock_pending* p) {
   char buf[160];
   const char* why = hello_problem(sc, &p->hello, buf, sizeof(buf));
   if (why != NULL) {
@@ -142,7 +154,7 @@ static void hello_done(struct sock_comm* sc, struct sock_pending* p, struct sock
     if (why != NULL)
       pending_drop(sc, p, why);
     else
-      batch_add(batch, c); /* data may be waiting already */
+      batch_add(sc, c); /* data may be waiting already */
     return;
   }
   for (struct sock_pending* q = sc->parked; q; q = q->next)
@@ -156,21 +168,16 @@ static void hello_done(struct sock_comm* sc, struct sock_pending* p, struct sock
   sc->parked = p;
 }
 
-struct arrival_ctx {
-  struct sock_comm* sc;
-  struct sock_conn** batch;
-};
-
 /* The accept set has a complete hello (accept_hello_fn). */
 static void hello_arrived(void* arg, int fd, const union sock_addr* addr, const void* hello,
                           size_t len) {
-  struct arrival_ctx* ctx = arg;
+  struct sock_comm* sc = arg;
   struct sock_pending* p = calloc(1, sizeof(*p));
-  if (p == NULL) return accept_set_refuse(ctx->sc->accept, fd, addr, "out of memory");
+  if (p == NULL) return accept_set_refuse(sc->accept, fd, addr, "out of memory");
   p->fd = fd;
   p->addr = *addr;
   memcpy(&p->hello, hello, LOOM_MIN(len, sizeof(p->hello)));
-  hello_done(ctx->sc, p, ctx->batch);
+  hello_done(sc, p);
 }
 
 /* A hello is a fixed 40 bytes; its fields are checked once it is whole. */
@@ -178,9 +185,13 @@ static long hello_len(const void* buf, size_t got, char* why, size_t why_len) {
   return (long)sizeof(struct sock_hello);
 }
 
-static void net_accept(struct sock_comm* sc, struct sock_conn** batch) {
-  struct arrival_ctx ctx = {sc, batch};
-  accept_set_run(sc->accept, hello_arrived, &ctx);
+static void net_accept(struct sock_comm* sc) {
+  accept_set_run(sc->accept, hello_arrived, sc);
+}
+
+/* The accept set's descriptor has work (an engine callback). */
+static void accept_on_event(void* arg, unsigned events, int err) {
+  net_accept(arg);
 }
 
 /* ---- Connecting (senders) ---------------------------------------------------- */
@@ -206,7 +217,8 @@ static void connect_failed(struct sock_comm* sc, struct sock_conn* c, struct soc
                            int err) {
   char text[SOCK_ADDR_STRLEN];
   sock_addr_str(&sc->addrs[c->base.peer], text, sizeof(text));
-  if (s->fd >= 0) close(s->fd); /* leaves the epoll set with it */
+  stream_unwatch(sc, s);
+  if (s->fd >= 0) close(s->fd);
   s->fd = -1;
   pthread_mutex_lock(&c->lock);
   if (sock_connect_retryable(err) && !deadline_passed(&c->connect_dl)) {
@@ -239,12 +251,11 @@ static void stream_connect(struct sock_comm* sc, struct sock_conn* c, struct soc
     return;
   }
   /* Edge-triggered: the first edge says the connect finished (or failed). */
-  struct epoll_event ev = {.events = sock_stream_events(c), .data.ptr = &s->ep};
-  if (epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, fd, &ev) != 0) connect_failed(sc, c, s, errno);
+  int err = stream_watch(sc, c, s);
+  if (err != 0) connect_failed(sc, c, s, err);
 }
 
-static void connect_finish(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s,
-                           struct sock_conn** batch) {
+static void connect_finish(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s) {
   int err = 0;
   socklen_t len = sizeof(err);
   if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
@@ -262,7 +273,7 @@ static void connect_finish(struct sock_comm* sc, struct sock_conn* c, struct soc
     sock_wake_rank(sc);
   }
   pthread_mutex_unlock(&c->lock);
-  batch_add(batch, c); /* the hello, and what is posted already */
+  batch_add(sc, c); /* the hello, and what is posted already */
 }
 
 /* A receiver never writes: anything readable on a sender's stream is its
@@ -287,87 +298,48 @@ static void send_stream_probe(struct sock_conn* c, struct sock_stream* s) {
   pthread_mutex_unlock(&c->lock);
 }
 
-uint32_t sock_stream_events(const struct sock_conn* c) {
-  return EPOLLIN | EPOLLRDHUP | EPOLLET | (c->base.is_send ? EPOLLOUT : 0);
+unsigned sock_stream_events(const struct sock_conn* c) {
+  return PROGRESS_IN | PROGRESS_RDHUP | PROGRESS_EDGE | (c->base.is_send ? PROGRESS_OUT : 0);
 }
 
-/* While the executor polls (exec_active), an event on an up stream takes
- * the stream out of epoll's watch, once per polling period, rather than
- * waking this thread (and taking a core from a polling rank) for every
- * message. Returns 1 when the stream is left to the executor. */
-static int stream_park(struct sock_comm* sc, struct sock_stream* s) {
-  if (!atomic_load_explicit(&sc->exec_active, memory_order_acquire)) return 0;
-  int parked = 0;
-  pthread_mutex_lock(&sc->lock);
-  if (atomic_load_explicit(&sc->exec_active, memory_order_relaxed)) {
-    if (!s->disarmed) {
-      /* Edge-triggered, only the peer's close (and hang-ups and errors,
-       * which epoll always reports): a sender's stream is probed for it
-       * above, a receiver's executor reads it anyway. */
-      struct epoll_event ev = {.events = EPOLLET | EPOLLRDHUP, .data.ptr = &s->ep};
-      epoll_ctl(sc->ep_fd, EPOLL_CTL_MOD, s->fd, &ev);
-      s->disarmed = 1;
-      s->next_disarmed = sc->disarmed;
-      sc->disarmed = s;
-    }
-    parked = 1;
-  }
-  pthread_mutex_unlock(&sc->lock);
-  return parked;
-}
-
-void sock_net_idle(struct sock_comm* sc) {
-  if (!atomic_load_explicit(&sc->exec_active, memory_order_relaxed)) return;
-  pthread_mutex_lock(&sc->lock);
-  atomic_store_explicit(&sc->exec_active, 0, memory_order_release);
-  for (struct sock_stream *s = sc->disarmed, *next; s; s = next) {
-    next = s->next_disarmed;
-    /* Watched again: a stream with data waiting reports it at once. */
-    struct epoll_event ev = {.events = sock_stream_events(s->conn), .data.ptr = &s->ep};
-    epoll_ctl(sc->ep_fd, EPOLL_CTL_MOD, s->fd, &ev);
-    s->disarmed = 0;
-    s->next_disarmed = NULL;
-  }
-  sc->disarmed = NULL;
-  pthread_mutex_unlock(&sc->lock);
-}
-
-/* Before c is freed: none of its streams stays on the disarmed list. */
-static void streams_unpark(struct sock_comm* sc, struct sock_conn* c) {
-  pthread_mutex_lock(&sc->lock);
-  for (struct sock_stream** at = &sc->disarmed; *at;) {
-    if ((*at)->conn == c) {
-      (*at)->disarmed = 0;
-      *at = (*at)->next_disarmed;
-    } else {
-      at = &(*at)->next_disarmed;
-    }
-  }
-  pthread_mutex_unlock(&sc->lock);
-}
-
-static void stream_event(struct sock_comm* sc, struct sock_stream* s, uint32_t events,
-                         struct sock_conn** batch) {
+/* A stream's event, on the engine's thread. While the executor polls, an
+ * event on an up stream parks the stream (the engine's idle hand-over),
+ * once per polling period, rather than waking this thread (and taking a
+ * core from a polling rank) for every message. */
+static void stream_on_event(void* arg, unsigned events, int err) {
+  struct sock_stream* s = arg;
   struct sock_conn* c = s->conn;
+  struct sock_comm* sc = c->sc;
+  if (err != 0) { /* the engine could not watch it again: nothing would move it */
+    pthread_mutex_lock(&c->lock);
+    sock_conn_break(
+        c, loomSystemError, "lost the watch on socket stream %d %s peer %d (%s lane): %s", s->index,
+        c->base.is_send ? "to" : "from", c->base.peer, sock_lane_name(c->base.lane), strerror(err));
+    pthread_mutex_unlock(&c->lock);
+    return;
+  }
   /* Once every stream is up, states change only under c->lock (the executor
    * moves bytes too): progress looks at them there. */
   int up = atomic_load_explicit(&c->up, memory_order_acquire);
   if (!up && s->state == ST_CONNECTING) {
-    connect_finish(sc, c, s, batch);
+    connect_finish(sc, c, s);
     return;
   }
   if (!up && s->state != ST_UP) return;
   /* The executor only writes a sender's stream: the peer's close is seen
    * here, also while the executor polls. */
-  if (c->base.is_send && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+  if (c->base.is_send && (events & (PROGRESS_IN | PROGRESS_RDHUP | PROGRESS_HUP | PROGRESS_ERR)))
     send_stream_probe(c, s);
-  if (up && stream_park(sc, s)) return;
-  batch_add(batch, c);
+  /* Parked, edge-triggered, only the peer's close (and hang-ups and errors,
+   * always reported): a sender's stream is probed for it above, a
+   * receiver's executor reads it anyway. */
+  if (up && progress_fd_park(s->watch, PROGRESS_EDGE | PROGRESS_RDHUP)) return;
+  batch_add(sc, c);
 }
 
 /* ---- The executor's lists ------------------------------------------------------- */
 
-static void conn_adopt(struct sock_comm* sc, struct sock_conn* c, struct sock_conn** batch) {
+static void conn_adopt(struct sock_comm* sc, struct sock_conn* c) {
   c->next_all = sc->all;
   c->prev_all = NULL;
   if (sc->all) sc->all->prev_all = c;
@@ -387,7 +359,7 @@ static void conn_adopt(struct sock_comm* sc, struct sock_conn* c, struct sock_co
     const char* why = stream_attach(sc, c, p, buf, sizeof(buf));
     if (why != NULL) pending_drop(sc, p, why);
   }
-  batch_add(batch, c);
+  batch_add(sc, c);
 }
 
 static void conn_release(struct sock_comm* sc, struct sock_conn* c) {
@@ -399,8 +371,8 @@ static void conn_release(struct sock_comm* sc, struct sock_conn* c) {
   connecting_done(sc, c);
   size_t key = (size_t)c->base.lane * (size_t)sc->comm->nranks + (size_t)c->base.peer;
   if (!c->base.is_send && sc->recv_by_key[key] == c) sc->recv_by_key[key] = NULL;
-  streams_unpark(sc, c);
-  sock_conn_free(c); /* closing the sockets takes them out of the epoll set */
+  for (int i = 0; i < SOCK_MAX_STREAMS; i++) stream_unwatch(sc, &c->streams[i]);
+  sock_conn_free(c);
 }
 
 /* ---- Timers --------------------------------------------------------------------- */
@@ -424,9 +396,11 @@ static void net_timers(struct sock_comm* sc) {
   }
 }
 
-/* ---- The loop ------------------------------------------------------------------- */
+/* ---- The engine's rounds ------------------------------------------------------- */
 
-static void progress_batch(struct sock_conn* batch) {
+static void progress_batch(struct sock_comm* sc) {
+  struct sock_conn* batch = sc->batch;
+  sc->batch = NULL;
   for (struct sock_conn *c = batch, *next; c; c = next) {
     next = c->next_batch;
     c->in_batch = 0;
@@ -437,80 +411,69 @@ static void progress_batch(struct sock_conn* batch) {
   }
 }
 
-static void drain_wake(struct sock_comm* sc) {
-  uint64_t v;
-  while (read(sc->wake_fd, &v, sizeof(v)) > 0) {
-  }
-}
-
-/* One round. Returns 0 when the thread should stop. */
-static int net_round(struct sock_comm* sc, struct epoll_event* evs) {
-  int timeout = accept_set_timeout_ms(sc->accept);
-  if (sc->nconnecting > 0 && (timeout < 0 || timeout > SOCK_TICK_MS)) timeout = SOCK_TICK_MS;
-  int n = epoll_wait(sc->ep_fd, evs, SOCK_EVENTS, timeout);
-  if (n < 0 && errno != EINTR) {
-    LOOM_WARN(SUB_NET, "rank %d: socket transport: epoll_wait failed: %s", sc->comm->rank,
-              strerror(errno));
-    return 0;
-  }
-  struct sock_conn* batch = NULL;
-  for (int i = 0; i < n; i++) {
-    struct sock_ep* ep = evs[i].data.ptr;
-    switch (ep->kind) {
-      case EP_WAKE:
-        drain_wake(sc);
-        break;
-      case EP_ACCEPT:
-        net_accept(sc, &batch);
-        break;
-      case EP_STREAM:
-        stream_event(sc, (struct sock_stream*)ep, evs[i].events, &batch);
-        break;
-    }
-  }
+/* The client's progress (progress_client_ops), after the round's events.
+ * Its movers go until the sockets say EAGAIN, and the next edge brings the
+ * rest: it never asks for another round at once. */
+static loomResult_t sock_net_progress(void* arg, int* moved_out, int* timeout_ms_out) {
+  struct sock_comm* sc = arg;
   pthread_mutex_lock(&sc->lock);
   struct sock_conn* fresh = sc->new_list;
   struct sock_conn* dirty = sc->dirty_list;
   struct sock_conn* closing = sc->closing_list;
-  int stop = sc->stop;
   sc->new_list = sc->dirty_list = sc->closing_list = NULL;
   pthread_mutex_unlock(&sc->lock);
   for (struct sock_conn *c = fresh, *next; c; c = next) {
     next = c->next_new;
-    conn_adopt(sc, c, &batch);
+    conn_adopt(sc, c);
   }
   for (struct sock_conn *c = dirty, *next; c; c = next) {
     next = c->next_dirty;
     atomic_store(&c->queued, 0); /* a post from here on queues it again */
-    batch_add(&batch, c);
+    batch_add(sc, c);
   }
-  if (accept_set_timeout_ms(sc->accept) == 0) net_accept(sc, &batch); /* its deadlines */
-  progress_batch(batch);
+  if (accept_set_timeout_ms(sc->accept) == 0) net_accept(sc); /* its deadlines */
+  progress_batch(sc);
   net_timers(sc);
   /* Last: nothing of this round names them any more. */
   for (struct sock_conn *c = closing, *next; c; c = next) {
     next = c->next_closing;
     conn_release(sc, c);
   }
-  return !stop;
+  int timeout = accept_set_timeout_ms(sc->accept);
+  if (sc->nconnecting > 0 && (timeout < 0 || timeout > SOCK_TICK_MS)) timeout = SOCK_TICK_MS;
+  *moved_out = 0;
+  *timeout_ms_out = timeout;
+  return loomSuccess;
 }
 
-static void* net_main(void* arg) {
+/* The engine stopped for good: every connection fails, naming its peer. */
+static void sock_net_fail(void* arg, const char* why) {
   struct sock_comm* sc = arg;
-  struct epoll_event evs[SOCK_EVENTS];
-  while (net_round(sc, evs)) {
-  }
-  return NULL;
+  pthread_mutex_lock(&sc->lock);
+  snprintf(sc->engine_why, sizeof(sc->engine_why), "the network progress engine stopped (%s)", why);
+  atomic_store_explicit(&sc->engine_failed, 1, memory_order_release);
+  struct sock_conn* fresh = sc->new_list;
+  pthread_mutex_unlock(&sc->lock);
+  /* Those on new_list stay there (sock_net_stop releases them): only the
+   * executor's close takes one off, through the engine, which is gone. */
+  for (int pass = 0; pass < 2; pass++)
+    for (struct sock_conn* c = pass ? fresh : sc->all; c; c = pass ? c->next_new : c->next_all) {
+      pthread_mutex_lock(&c->lock);
+      sock_conn_break(c, loomSystemError, "socket connection %s peer %d (%s lane): %s",
+                      c->base.is_send ? "to" : "from", c->base.peer, sock_lane_name(c->base.lane),
+                      sc->engine_why);
+      pthread_mutex_unlock(&c->lock);
+    }
 }
+
+static const struct progress_client_ops sock_client_ops = {
+    .name = "socket",
+    .progress = sock_net_progress,
+    .fail = sock_net_fail,
+};
 
 loomResult_t sock_net_start(struct sock_comm* sc) {
   struct loom_comm* comm = sc->comm;
-  sc->ep_fd = epoll_create1(EPOLL_CLOEXEC);
-  if (sc->ep_fd < 0)
-    return err_set_sub(comm, SUB_NET, loomSystemError, "epoll_create1 failed: %s", strerror(errno));
-  sc->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (sc->wake_fd < 0)
-    return err_set_sub(comm, SUB_NET, loomSystemError, "eventfd failed: %s", strerror(errno));
   snprintf(sc->who, sizeof(sc->who), "rank %d: socket transport", comm->rank);
   const struct accept_cfg cfg = {.who = sc->who,
                                  .subsys = SUB_NET,
@@ -518,32 +481,24 @@ loomResult_t sock_net_start(struct sock_comm* sc) {
                                  .hello_len = hello_len,
                                  .hello_ms = LOOM_MIN(comm->timeout_ms, (long long)SOCK_HELLO_MS)};
   LOOM_CHECK(accept_set_create(comm, sc->listen_fd, &cfg, &sc->accept));
-  sc->wake_ep.kind = EP_WAKE;
-  sc->accept_ep.kind = EP_ACCEPT;
-  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &sc->wake_ep};
-  struct epoll_event aev = {.events = EPOLLIN, .data.ptr = &sc->accept_ep};
-  if (epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, sc->wake_fd, &ev) != 0 ||
-      epoll_ctl(sc->ep_fd, EPOLL_CTL_ADD, accept_set_fd(sc->accept), &aev) != 0)
-    return err_set_sub(comm, SUB_NET, loomSystemError, "epoll_ctl failed: %s", strerror(errno));
-  int rc = pthread_create(&sc->thread, NULL, net_main, sc);
-  if (rc != 0)
-    return err_set_sub(comm, SUB_NET, loomSystemError, "cannot start the network thread: %s",
-                       strerror(rc));
-  sc->thread_live = 1;
-  tp_helper_thread_add(sc->comm);
+  LOOM_CHECK(tp_progress_get(comm, &sc->engine));
+  LOOM_CHECK(progress_client_add(sc->engine, &sock_client_ops, sc, &sc->client));
+  int err = progress_fd_add(sc->client, accept_set_fd(sc->accept), PROGRESS_IN, accept_on_event, sc,
+                            &sc->accept_watch);
+  if (err != 0)
+    return err_set_sub(comm, SUB_NET, loomSystemError,
+                       "rank %d: socket transport: cannot watch its listener: %s", comm->rank,
+                       strerror(err));
   return loomSuccess;
 }
 
 void sock_net_stop(struct sock_comm* sc) {
-  if (sc->thread_live) {
-    pthread_mutex_lock(&sc->lock);
-    sc->stop = 1;
-    pthread_mutex_unlock(&sc->lock);
-    sock_thread_wake(sc);
-    pthread_join(sc->thread, NULL);
-    sc->thread_live = 0;
-  }
-  /* What the thread did not get to (it stopped early, or never ran). */
+  /* From here on no callback runs, and the engine's handles of the
+   * streams and the listener are gone: what is left is this thread's. */
+  progress_client_remove(sc->client);
+  sc->client = NULL;
+  sc->accept_watch = NULL;
+  /* What the engine did not get to (it stopped early, or never ran). */
   for (struct sock_conn *c = sc->new_list, *next; c; c = next) {
     next = c->next_new;
     c->next_all = sc->all;
@@ -565,7 +520,4 @@ void sock_net_stop(struct sock_comm* sc) {
   }
   accept_set_destroy(sc->accept);
   sc->accept = NULL;
-  if (sc->ep_fd >= 0) close(sc->ep_fd);
-  if (sc->wake_fd >= 0) close(sc->wake_fd);
-  sc->ep_fd = sc->wake_fd = -1;
 }
