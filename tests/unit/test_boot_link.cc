@@ -231,7 +231,8 @@ TEST(BootLink, TagsMatchAndKeepTheirOrder) {
   ASSERT_NO_FATAL_FAILURE(Bringup(ranks, 3));
   loom_comm* a = ranks[1].comm;
   loom_comm* b = ranks[2].comm;
-  for (auto [tag, text] : {std::pair<uint32_t, const char*>{7, "first"}, {5, "other"}, {7, "second"}})
+  for (auto [tag, text] :
+       {std::pair<uint32_t, const char*>{7, "first"}, {5, "other"}, {7, "second"}})
     ASSERT_EQ(boot_send(a, 2, tag, text, strlen(text) + 1, nullptr), loomSuccess) << LastError();
   char buf[32];
   size_t len = 0;
