@@ -183,6 +183,12 @@ loomResult_t boot_tree_pass(struct bootstrap* b, const uint8_t* table, struct pe
                             const struct deadline* dl);
 
 /* boot_link.c */
+/* The arrays of links (none on rank 0, nor with two ranks): 0 or -1 (out
+ * of memory). */
+int boot_links_alloc(struct bootstrap* b);
+/* Closes and frees every link, the listener and its pending set, and
+ * b->addrs; the watcher has stopped. */
+void boot_links_free(struct bootstrap* b);
 /* A rank other than 0: opens this rank's listener for links on the
  * interface of *local (the local end of its connection to rank 0) and
  * fills b->lsn_addr. */

@@ -169,7 +169,7 @@ loomResult_t boot_peer_send(struct bootstrap* b, int peer, uint16_t type, uint32
                       "bootstrap: rank %d: the link to rank %d broke earlier (a message on it "
                       "was cut short)",
                       comm->rank, peer);
-  else if (l->fd < 0)
+  else if (l->kind == BOOT_OUT && l->fd < 0)
     res = link_dial(b, l, dl, &stop);
   if (res == loomSuccess) {
     err = boot_link_send_locked(l, comm->rank, type, tag, buf, (uint32_t)len, dl, &stop);
@@ -179,6 +179,43 @@ loomResult_t boot_peer_send(struct bootstrap* b, int peer, uint16_t type, uint32
   pthread_mutex_unlock(&l->send_lock);
   if (err != 0) return boot_send_error(b, err, what, peer);
   return res;
+}
+
+/* ---- State ------------------------------------------------------------------------ */
+
+int boot_links_alloc(struct bootstrap* b) {
+  size_t n = (size_t)b->comm->nranks;
+  if (b->comm->rank == 0 || n <= 2) return 0;
+  b->out = calloc(n, sizeof(*b->out));
+  b->in = calloc(n, sizeof(*b->in));
+  b->in_peers = calloc(n, sizeof(*b->in_peers));
+  b->in_state = calloc(n, sizeof(*b->in_state));
+  return b->out && b->in && b->in_peers && b->in_state ? 0 : -1;
+}
+
+void boot_links_free(struct bootstrap* b) {
+  for (int p = 0; b->out != NULL && p < b->comm->nranks; p++) {
+    struct boot_link* l = b->out[p];
+    if (l == NULL) continue;
+    if (l->fd >= 0) close(l->fd);
+    pthread_mutex_destroy(&l->send_lock);
+    free(l);
+  }
+  for (int p = 0; b->in != NULL && p < b->comm->nranks; p++) {
+    struct boot_link* l = b->in[p];
+    if (l == NULL) continue;
+    if (l->fd >= 0) close(l->fd);
+    free(l->msg);
+    pthread_mutex_destroy(&l->send_lock);
+    free(l);
+  }
+  if (b->lsn_set != NULL) accept_set_destroy(b->lsn_set);
+  if (b->lsn_fd >= 0) close(b->lsn_fd);
+  free(b->out);
+  free(b->in);
+  free(b->in_peers);
+  free((void*)b->in_state);
+  free(b->addrs);
 }
 
 /* ---- Accepting (the watcher's side) ------------------------------------------------- */

@@ -21,43 +21,6 @@
 
 /* ---- State -------------------------------------------------------------------- */
 
-/* The arrays of links between ranks other than 0 (none on rank 0, nor in
- * communicators of two ranks). */
-static int links_alloc(struct bootstrap* b) {
-  size_t n = (size_t)b->comm->nranks;
-  if (b->comm->rank == 0 || n <= 2) return 0;
-  b->out = calloc(n, sizeof(*b->out));
-  b->in = calloc(n, sizeof(*b->in));
-  b->in_peers = calloc(n, sizeof(*b->in_peers));
-  b->in_state = calloc(n, sizeof(*b->in_state));
-  return b->out && b->in && b->in_peers && b->in_state ? 0 : -1;
-}
-
-static void links_free(struct bootstrap* b) {
-  for (int p = 0; b->out != NULL && p < b->comm->nranks; p++) {
-    struct boot_link* l = b->out[p];
-    if (l == NULL) continue;
-    if (l->fd >= 0) close(l->fd);
-    pthread_mutex_destroy(&l->send_lock);
-    free(l);
-  }
-  for (int p = 0; b->in != NULL && p < b->comm->nranks; p++) {
-    struct boot_link* l = b->in[p];
-    if (l == NULL) continue;
-    if (l->fd >= 0) close(l->fd);
-    free(l->msg);
-    pthread_mutex_destroy(&l->send_lock);
-    free(l);
-  }
-  if (b->lsn_set != NULL) accept_set_destroy(b->lsn_set);
-  if (b->lsn_fd >= 0) close(b->lsn_fd);
-  free(b->out);
-  free(b->in);
-  free(b->in_peers);
-  free((void*)b->in_state);
-  free(b->addrs);
-}
-
 loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstrap** out) {
   struct bootstrap* b = calloc(1, sizeof(*b));
   struct boot_link* links = calloc((size_t)nlinks, sizeof(*links));
@@ -68,8 +31,8 @@ loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstr
     b->lsn_fd = -1;
     b->addrs = addrs;
   }
-  if (b == NULL || links == NULL || left == NULL || addrs == NULL || links_alloc(b) != 0) {
-    if (b != NULL) links_free(b);
+  if (b == NULL || links == NULL || left == NULL || addrs == NULL || boot_links_alloc(b) != 0) {
+    if (b != NULL) boot_links_free(b);
     free(b);
     free(links);
     free((void*)left);
@@ -117,17 +80,23 @@ static void say_bye(struct bootstrap* b) {
   struct boot_hdr h;
   boot_hdr_fill(&h, b->comm->rank, BOOT_BYE, 0, 0);
   for (int i = 0; i < b->nlinks; i++) link_bye(&b->links[i], &h);
-  for (int p = 0; b->out != NULL && p < b->comm->nranks; p++) link_bye(b->out[p], &h);
+  if (b->out == NULL) return;
+  pthread_mutex_lock(&b->out_lock);
+  for (int p = 0; p < b->comm->nranks; p++) link_bye(b->out[p], &h);
+  pthread_mutex_unlock(&b->out_lock);
 }
 
-/* shutdown() on every socket: peers learn at once, even before the join. */
+/* shutdown() on the sockets peers read (the star's, the links this rank
+ * dialled): peers learn at once, even before the join. The watcher's
+ * in-links close after it stops. */
 static void shut_all(struct bootstrap* b, int how) {
   for (int i = 0; i < b->nlinks; i++)
     if (b->links[i].fd >= 0) shutdown(b->links[i].fd, how);
-  for (int p = 0; b->out != NULL && p < b->comm->nranks; p++) {
+  if (b->out == NULL) return;
+  pthread_mutex_lock(&b->out_lock);
+  for (int p = 0; p < b->comm->nranks; p++)
     if (b->out[p] != NULL && b->out[p]->fd >= 0) shutdown(b->out[p]->fd, how);
-    if (b->in[p] != NULL && b->in[p]->fd >= 0) shutdown(b->in[p]->fd, how);
-  }
+  pthread_mutex_unlock(&b->out_lock);
 }
 
 /* Reads what is left without waiting, so that close() sends a FIN after our
@@ -162,7 +131,7 @@ void boot_state_free(struct bootstrap* b, int clean) {
     if (b->out[p] != NULL && b->out[p]->fd >= 0) drain(b->out[p]->fd);
     if (b->in[p] != NULL && b->in[p]->fd >= 0) drain(b->in[p]->fd);
   }
-  links_free(b);
+  boot_links_free(b);
   for (int i = 0; i < b->nlinks; i++) {
     struct boot_link* l = &b->links[i];
     if (l->fd >= 0) {
