@@ -1,6 +1,7 @@
 /* boot_init.c - the rendezvous. Rank 0 takes every rank's hello from its
- * id's listener (boot_listen.c) and answers with the peer table; the others
- * connect, say hello and wait for the table.
+ * id's listener (boot_listen.c) and sends the peer table down the tree
+ * (boot_tree.c); the others open their listener for links, connect, say
+ * hello and wait for the table (from rank 0 or their tree parent).
  *
  * Strangers never reach this file: the listener's pending set
  * (core/accept.h) reads every hello without blocking, bounds and times out
@@ -19,6 +20,7 @@
 struct accept_ctx {
   struct bootstrap* b;
   struct peer_info* peers;
+  struct boot_addr* addrs;
   struct boot_claim* claim;
   int joined; /* ranks other than 0 that are in */
 };
@@ -55,6 +57,7 @@ static void arrival_promote(struct accept_ctx* c, struct boot_arrival* a) {
   c->peers[hello->rank] = hello->info;
   c->peers[hello->rank].rank = hello->rank;
   c->peers[hello->rank].hostname[sizeof(hello->info.hostname) - 1] = '\0';
+  c->addrs[hello->rank] = hello->link;
   c->joined++;
   LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d joined from %s (%d of %d)", hello->rank,
             sock_addr_str(&l->addr, text, sizeof(text)), c->joined + 1, c->b->comm->nranks);
@@ -135,54 +138,37 @@ static void accept_fail_notify(struct accept_ctx* c, loomResult_t code, const ch
     if (c->b->links[r].fd >= 0) sock_send_nowait(c->b->links[r].fd, &msg, sizeof(msg));
 }
 
-/* Sends comm_hash and the table to every rank. A rank that cannot be
- * reached is reported as failed, like any rank that dies later. */
-static loomResult_t table_send(struct bootstrap* b, const struct peer_info* peers,
-                               uint64_t comm_hash, const struct deadline* dl) {
-  struct loom_comm* comm = b->comm;
-  size_t len = sizeof(comm_hash) + (size_t)comm->nranks * sizeof(*peers);
-  uint8_t* buf = malloc(len);
-  if (buf == NULL)
-    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
-                       "bootstrap: out of memory for a peer table of %zu bytes", len);
-  memcpy(buf, &comm_hash, sizeof(comm_hash));
-  memcpy(buf + sizeof(comm_hash), peers, len - sizeof(comm_hash));
-  int* errs = calloc((size_t)comm->nranks, sizeof(int));
-  for (int r = 1; r < comm->nranks && errs != NULL; r++)
-    errs[r] =
-        boot_link_send(&b->links[r], 0, BOOT_TABLE, 0, buf, (uint32_t)len, dl, &comm->aborted);
-  free(buf);
-  if (errs == NULL)
-    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: out of memory");
-  if (atomic_load(&comm->aborted)) { /* our own abort, not the peers' fault */
-    free(errs);
-    return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
-                       "bootstrap: rank 0 was aborted while sending the peer table");
-  }
-  for (int r = 1; r < comm->nranks; r++) {
-    if (errs[r] == 0) continue;
-    char why[200];
-    snprintf(why, sizeof(why), "peer %d could not be sent the peer table (%s): it died or aborted",
-             r, sock_err_str(errs[r]));
-    boot_peer_failed(b, r, loomRemoteError, why);
-  }
-  free(errs);
-  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: peer table of %d ranks sent", comm->nranks);
+/* The table on the wire (boot_table_len): comm_hash, rows, addresses. */
+static loomResult_t table_build(struct bootstrap* b, const struct peer_info* peers,
+                                uint64_t comm_hash, uint8_t** out) {
+  int n = b->comm->nranks;
+  size_t rows = (size_t)n * sizeof(*peers);
+  uint8_t* t = malloc(boot_table_len(n));
+  if (t == NULL)
+    return err_set_sub(b->comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: out of memory for a peer table of %zu bytes", boot_table_len(n));
+  memcpy(t, &comm_hash, sizeof(comm_hash));
+  memcpy(t + sizeof(comm_hash), peers, rows);
+  memcpy(t + sizeof(comm_hash) + rows, b->addrs, (size_t)n * sizeof(*b->addrs));
+  *out = t;
   return loomSuccess;
 }
 
 static loomResult_t root_rendezvous(struct bootstrap* b, const struct peer_info* self,
                                     struct peer_info* peers, uint64_t* hash_out,
                                     const struct deadline* dl) {
-  struct accept_ctx c = {.b = b, .peers = peers};
+  struct accept_ctx c = {.b = b, .peers = peers, .addrs = b->addrs};
   char why[200] = "";
+  uint8_t* table = NULL;
   peers[0] = *self;
   peers[0].rank = 0;
   LOOM_CHECK(boot_listen_claim(b->comm, &b->root_addr, b->secret, &c.claim));
   loomResult_t res = accept_loop(&c, dl, why, sizeof(why));
   if (res != loomSuccess) accept_fail_notify(&c, res, why);
   if (res == loomSuccess) res = random_bytes(hash_out, sizeof(*hash_out));
-  if (res == loomSuccess) res = table_send(b, peers, *hash_out, dl);
+  if (res == loomSuccess) res = table_build(b, peers, *hash_out, &table);
+  if (res == loomSuccess) res = boot_tree_root(b, table, *hash_out, dl);
+  free(table);
   /* Whoever still waits for this id goes now: nobody else may join. */
   boot_listen_release(c.claim);
   if (res == loomSuccess) fault_point("init", 0);
@@ -221,12 +207,14 @@ static loomResult_t join_refused(struct bootstrap* b, uint32_t len, const struct
                      "bootstrap: rank 0 refused rank %d: %s", b->comm->rank, why);
 }
 
-static loomResult_t join_wait_table(struct bootstrap* b, struct peer_info* peers,
-                                    uint64_t* hash_out, const struct deadline* dl) {
+/* The table (a tree child of rank 0), or the welcome and with it the hash
+ * (*table_out NULL: the table comes from the tree parent). */
+static loomResult_t join_wait_table(struct bootstrap* b, uint8_t** table_out, uint64_t* hash_out,
+                                    const struct deadline* dl) {
   struct loom_comm* comm = b->comm;
   struct boot_hdr h;
   char why[160];
-  size_t table_len = sizeof(*hash_out) + (size_t)comm->nranks * sizeof(*peers);
+  size_t table_len = boot_table_len(comm->nranks);
   uint32_t bound = (uint32_t)LOOM_MIN(LOOM_MAX(table_len, BOOT_REFUSED_MAX), BOOT_MAX_PAYLOAD);
   LOOM_CHECK(join_recv(b, &h, sizeof(h), "the peer table", dl));
   if (boot_hdr_check(&h, bound, why, sizeof(why)) != loomSuccess)
@@ -234,18 +222,46 @@ static loomResult_t join_wait_table(struct bootstrap* b, struct peer_info* peers
                        "bootstrap: bad reply from rank 0 during the rendezvous: %s", why);
   if (h.type == BOOT_FAILED && h.length == sizeof(struct boot_failed)) return join_failed(b, dl);
   if (h.type == BOOT_REFUSED && h.length <= BOOT_REFUSED_MAX) return join_refused(b, h.length, dl);
+  if (h.type == BOOT_WELCOME && h.length == sizeof(*hash_out) &&
+      boot_tree_parent(comm->rank) != 0) {
+    *table_out = NULL;
+    return join_recv(b, hash_out, sizeof(*hash_out), "the welcome", dl);
+  }
   if (h.type != BOOT_TABLE || h.length != table_len)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomRemoteError,
                        "bootstrap: rank 0 sent a %s message of %u bytes; expected a peer table "
                        "of %zu bytes",
                        boot_type_name(h.type), h.length, table_len);
-  LOOM_CHECK(join_recv(b, hash_out, sizeof(*hash_out), "the peer table", dl));
-  LOOM_CHECK(join_recv(b, peers, table_len - sizeof(*hash_out), "the peer table", dl));
+  uint8_t* table = malloc(table_len);
+  if (table == NULL)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: out of memory for a peer table of %zu bytes", table_len);
+  loomResult_t res = join_recv(b, table, table_len, "the peer table", dl);
+  if (res != loomSuccess) {
+    free(table);
+    return res;
+  }
+  boot_table_parse(table, comm->nranks, hash_out, NULL, NULL);
+  *table_out = table;
   return loomSuccess;
 }
 
+/* Peers other than rank 0 dial this rank on the interface its connection
+ * to rank 0 leaves by: the route every rank shares. Two ranks need none. */
+static loomResult_t join_listen(struct bootstrap* b) {
+  union sock_addr local;
+  socklen_t len = sizeof(local);
+  memset(&local, 0, sizeof(local));
+  if (b->comm->nranks <= 2) return loomSuccess;
+  if (getsockname(b->links[0].fd, &local.sa, &len) != 0)
+    return err_set_sub(b->comm, SUB_BOOTSTRAP, loomSystemError,
+                       "bootstrap: getsockname on the connection to rank 0 failed: %s",
+                       strerror(errno));
+  return boot_link_listen(b, &local);
+}
+
 static loomResult_t join_rendezvous(struct bootstrap* b, const struct peer_info* self,
-                                    struct peer_info* peers, uint64_t* hash_out,
+                                    uint8_t** table_out, uint64_t* hash_out,
                                     const struct deadline* dl) {
   struct loom_comm* comm = b->comm;
   struct boot_link* l = &b->links[0];
@@ -255,16 +271,18 @@ static loomResult_t join_rendezvous(struct bootstrap* b, const struct peer_info*
   l->addr = b->root_addr;
   LOOM_CHECK(sock_connect(comm, &b->root_addr, "rank 0", dl, &comm->aborted, &l->fd));
   LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d connected to rank 0 at %s", comm->rank, text);
+  LOOM_CHECK(join_listen(b));
   struct boot_hello hello = {.secret = b->secret, .nranks = comm->nranks, .rank = comm->rank};
   hello.info = *self;
   hello.info.rank = comm->rank;
+  hello.link = b->lsn_addr;
   int err = boot_link_send(l, comm->rank, BOOT_HELLO, 0, &hello, sizeof(hello), dl, &comm->aborted);
   if (err != 0) {
     snprintf(what, sizeof(what), "sending the hello to rank 0 at %s", text);
     return boot_wire_error(comm, err, what);
   }
   fault_point("init", comm->rank);
-  return join_wait_table(b, peers, hash_out, dl);
+  return join_wait_table(b, table_out, hash_out, dl);
 }
 
 /* ---- Entry ------------------------------------------------------------------ */
@@ -279,7 +297,7 @@ static loomResult_t id_check(struct loom_comm* comm, const struct boot_id* id) {
   if (comm->nranks < 1 || comm->rank < 0 || comm->rank >= comm->nranks)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
                        "bootstrap: rank %d out of range for %d ranks", comm->rank, comm->nranks);
-  size_t table_len = sizeof(uint64_t) + (size_t)comm->nranks * sizeof(struct peer_info);
+  size_t table_len = boot_table_len(comm->nranks);
   if (table_len > BOOT_MAX_PAYLOAD)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
                        "bootstrap: a peer table for %d ranks (%zu bytes) is over the %u-byte "
@@ -291,6 +309,7 @@ static loomResult_t id_check(struct loom_comm* comm, const struct boot_id* id) {
 loomResult_t boot_init(struct loom_comm* comm, const struct boot_id* id,
                        const struct peer_info* self) {
   struct bootstrap* b = NULL;
+  uint8_t* table = NULL;
   uint64_t hash = 0;
   loomResult_t res;
   LOOM_CHECK(id_check(comm, id));
@@ -305,17 +324,23 @@ loomResult_t boot_init(struct loom_comm* comm, const struct boot_id* id,
   if (comm->rank == 0)
     LOOM_CHECK_GOTO(root_rendezvous(b, self, peers, &hash, &dl), res, fail);
   else
-    LOOM_CHECK_GOTO(join_rendezvous(b, self, peers, &hash, &dl), res, fail);
-  /* Before the watcher starts: a failure it records reads the table. */
-  comm->peers = peers;
+    LOOM_CHECK_GOTO(join_rendezvous(b, self, &table, &hash, &dl), res, fail);
+  /* Before the watcher starts: it checks links against the hash, and a
+   * failure it records reads the table (rank 0 has it now; the others
+   * publish it once it is in, comm_set_peers). */
+  if (comm->rank == 0) comm->peers = peers;
   comm->comm_hash = hash;
   comm->boot = b;
   LOOM_CHECK_GOTO(boot_watcher_start(b), res, fail);
+  if (comm->rank != 0) LOOM_CHECK_GOTO(boot_tree_pass(b, table, peers, &dl), res, fail);
+  free(table);
   return loomSuccess;
 fail:
+  /* The watcher first: it may read the table until it stops. */
+  if (b != NULL) boot_state_free(b, 0);
   comm->peers = NULL;
   comm->boot = NULL;
-  if (b != NULL) boot_state_free(b, 0);
+  free(table);
   free(peers);
   return res;
 }

@@ -1,11 +1,17 @@
 /* boot_internal.h - state shared by the bootstrap's files: bootstrap.c (wire
- * checks, ids), boot_listen.c (the listeners ids share, and who serves
- * them), boot_init.c (the rendezvous) and boot_watch.c (watcher, mailbox,
- * all-gather, teardown). Not for other layers: they use bootstrap.h.
+ * checks, ids, the table's layout and tree), boot_listen.c (the listeners
+ * ids share, and who serves them), boot_init.c (the rendezvous), boot_tree.c
+ * (the table down the tree), boot_link.c (links, rank-to-rank messages),
+ * boot_mail.c (the mailbox and its waits), boot_gather.c (all-gather) and
+ * boot_watch.c (watcher, teardown). Not for other layers: they use
+ * bootstrap.h.
  *
- * Threads: the thread that calls boot_* (the user's or the init thread) and
- * one watcher per communicator. The watcher owns every read of the bootstrap
- * sockets; writes from either thread go under the link's send_lock. */
+ * Threads: the threads that call boot_* (the user's, the init thread) and
+ * one watcher per communicator. The watcher owns every read of the star's
+ * sockets and of the links peers dialled here (in-links), and accepts those;
+ * writes from any thread go under the link's send_lock. A link this rank
+ * dialled (out-link) belongs to its senders, under its send_lock: after its
+ * handshake nothing reads it. */
 #ifndef LOOM_CORE_BOOT_INTERNAL_H
 #define LOOM_CORE_BOOT_INTERNAL_H
 
@@ -14,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "core/accept.h"
 #include "core/bootstrap.h"
 #include "core/sock.h"
 
@@ -22,10 +29,19 @@
 /* How long rank 0's watcher tries to tell a live rank about a failure. */
 #define BOOT_NOTIFY_MS 1000
 
-/* One bootstrap socket: a rank's socket to rank 0, or rank 0's to a peer. */
+enum boot_link_kind {
+  BOOT_STAR, /* a rank's socket to rank 0, or rank 0's to a peer: both ways */
+  BOOT_OUT,  /* dialled by this rank: sends only */
+  BOOT_IN    /* dialled by the peer: the watcher reads it */
+};
+/* What waiters may know of the in-link from a peer (bootstrap.in_state). */
+enum { BOOT_IN_NONE = 0, BOOT_IN_UP, BOOT_IN_DONE };
+
+/* One bootstrap socket. */
 struct boot_link {
   int fd; /* -1 when there is none */
   int peer;
+  int kind;             /* enum boot_link_kind */
   union sock_addr addr; /* the far end, for messages */
   pthread_mutex_t send_lock;
   _Atomic int dead; /* its failure was reported; send nothing more */
@@ -38,10 +54,12 @@ struct boot_link {
   uint64_t heard_ns;     /* when the last byte arrived (heartbeats) */
 };
 
-/* A message's payload; BOOT_DATA ones wait in the mailbox for
- * boot_allgather, keyed by tag and sender. */
+/* A message's payload. BOOT_DATA (all-gather), BOOT_P2P (boot_send) and
+ * BOOT_TABLE (the tree) ones wait in the mailbox, keyed by type, tag and
+ * sender. */
 struct boot_mail {
   struct boot_mail* next;
+  uint16_t type;
   uint32_t tag;
   int from;
   size_t len;
@@ -60,11 +78,11 @@ struct bootstrap {
   _Atomic int stopping;
   pthread_t watcher;
   int watcher_live;
-  struct pollfd* watch_pfd; /* the watcher's, nlinks + 1 */
-  int ping_ms;              /* heartbeat period */
-  int silence_ms;           /* a link silent this long has failed */
-  uint64_t pinged_ns;       /* the last heartbeat sent */
-  int* watch_link;          /* link index of each watch_pfd entry */
+  struct pollfd* watch_pfd;      /* the watcher's, nlinks + 1 */
+  int ping_ms;                   /* heartbeat period */
+  int silence_ms;                /* a link silent this long has failed */
+  uint64_t pinged_ns;            /* the last heartbeat sent */
+  struct boot_link** watch_link; /* the link of each watch_pfd entry (NULL: not a link) */
 
   /* Peers that said goodbye (left the communicator), as far as this rank
    * knows: written by the watcher, read by any thread. */
@@ -75,7 +93,22 @@ struct bootstrap {
   pthread_mutex_t mail_lock;
   pthread_cond_t mail_cond; /* CLOCK_MONOTONIC */
   struct boot_mail* mail;
+  struct boot_mail** mail_tail;
   uint32_t next_tag; /* advanced identically on every rank */
+
+  /* Links (boot_link.c): ranks other than 0 of communicators of more than
+   * two ranks; NULL arrays otherwise. */
+  struct boot_addr* addrs; /* nranks: where each rank listens (the table's) */
+  int lsn_fd;              /* where peers dial this rank; -1: none */
+  struct boot_addr lsn_addr;
+  struct accept_set* lsn_set;      /* the watcher's: dialled links before their hello */
+  char lsn_who[48];                /* the set's name in its log lines */
+  pthread_mutex_t out_lock;        /* creates out[] entries */
+  struct boot_link** out;          /* nranks: links this rank dialled */
+  struct boot_link** in;           /* nranks: links peers dialled here (the watcher's) */
+  int* in_peers;                   /* the peers of in[], in order (the watcher's) */
+  int nin;                         /* entries of in_peers */
+  _Atomic unsigned char* in_state; /* nranks: BOOT_IN_*, written by the watcher */
 };
 
 /* bootstrap.c */
@@ -83,6 +116,16 @@ struct bootstrap {
  * or a sock_* error value. */
 int boot_link_send(struct boot_link* l, int from, uint16_t type, uint32_t tag, const void* payload,
                    uint32_t len, const struct deadline* dl, const _Atomic int* abort_flag);
+/* Takes the link's send_lock, waiting no longer than the deadline: 0 or
+ * ETIMEDOUT. */
+int boot_link_lock(struct boot_link* l, const struct deadline* dl);
+/* Sends one message; the caller holds the send_lock. 0 or a sock_* error. */
+int boot_link_send_locked(struct boot_link* l, int from, uint16_t type, uint32_t tag,
+                          const void* payload, uint32_t len, const struct deadline* dl,
+                          const struct sock_stop* stop);
+/* Between socket addresses and their wire form. */
+void boot_addr_pack(const union sock_addr* a, struct boot_addr* out);
+void boot_addr_unpack(const struct boot_addr* a, union sock_addr* out);
 /* Logs a failed sock_* transfer (what: "sending the hello to rank 0 at
  * ...") and returns its code: loomTimeout, loomInvalidUsage (aborted) or
  * loomRemoteError. */
@@ -125,6 +168,64 @@ struct boot_arrival* boot_listen_wait(struct boot_claim* c, const struct deadlin
 /* The rendezvous is over: forgets the claim and closes what still waits
  * for it. */
 void boot_listen_release(struct boot_claim* c);
+
+/* boot_tree.c */
+/* Rank 0: every rank is in; sends table (boot_table_len bytes) to its tree
+ * children and a welcome to every other rank. A rank that cannot be
+ * reached is reported as failed. */
+loomResult_t boot_tree_root(struct bootstrap* b, const uint8_t* table, uint64_t comm_hash,
+                            const struct deadline* dl);
+/* Another rank, with its watcher running: takes the table (table NULL:
+ * waits for it from the tree parent; else the one rank 0 sent), fills
+ * peers and b->addrs, publishes comm->peers, and passes the table on to
+ * this rank's children. */
+loomResult_t boot_tree_pass(struct bootstrap* b, const uint8_t* table, struct peer_info* peers,
+                            const struct deadline* dl);
+
+/* boot_link.c */
+/* The arrays of links (none on rank 0, nor with two ranks): 0 or -1 (out
+ * of memory). */
+int boot_links_alloc(struct bootstrap* b);
+/* Closes and frees every link, the listener and its pending set, and
+ * b->addrs; the watcher has stopped. */
+void boot_links_free(struct bootstrap* b);
+/* A rank other than 0: opens this rank's listener for links on the
+ * interface of *local (the local end of its connection to rank 0) and
+ * fills b->lsn_addr. */
+loomResult_t boot_link_listen(struct bootstrap* b, const union sock_addr* local);
+/* Sends one message of type (BOOT_P2P, BOOT_TABLE) to peer: over the star
+ * when either end is rank 0, else over the out-link, dialled first if
+ * need be. Fails as boot_send. */
+loomResult_t boot_peer_send(struct bootstrap* b, int peer, uint16_t type, uint32_t tag,
+                            const void* buf, size_t len, const char* what,
+                            const struct deadline* dl);
+/* Makes the listener's pending set (b->lsn_set), which the watcher runs. */
+loomResult_t boot_link_accept_start(struct bootstrap* b);
+/* The watcher: accepts links and reads their hellos. Never blocks. */
+void boot_link_accept(struct bootstrap* b);
+/* 1 when nothing more can come from peer to this rank: its in-link (if
+ * any) has closed or said goodbye. Star peers: 1 (their goodbye follows
+ * their messages on the one socket). Lock-free. */
+int boot_link_quiet(const struct bootstrap* b, int peer);
+
+/* boot_mail.c */
+/* Files a message (the watcher) and wakes its waiters. */
+void boot_mail_put(struct bootstrap* b, struct boot_mail* m);
+/* Wakes every mailbox waiter (a failure, a departure). */
+void boot_mail_wake(struct bootstrap* b);
+/* Takes the message (type, tag, from), waiting for it until the deadline,
+ * the abort flag, the communicator's failure or from's departure (what
+ * names it in messages: "all-gather #3 data"). */
+loomResult_t boot_mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
+                            const char* what, const struct deadline* dl, struct boot_mail** out);
+/* peer left the communicator while this rank still needed it (doing:
+ * "rank 1 still waited for all-gather #3 data"): records the failure (rank
+ * 0: tells everyone) and returns it. */
+loomResult_t boot_peer_left_error(struct bootstrap* b, int peer, const char* doing);
+/* A send of what to peer failed with err (a sock_* value): the cause the
+ * communicator learns within a moment (the peer died, or left) wins over
+ * the socket's errno. */
+loomResult_t boot_send_error(struct bootstrap* b, int err, const char* what, int peer);
 
 /* boot_watch.c */
 /* Allocates the state both roles share; links get fd -1. */

@@ -1,6 +1,7 @@
 /* boot_watch.c - the bootstrap's life after the rendezvous: the watcher
- * thread that owns every read of the bootstrap sockets, failure detection
- * and its propagation through rank 0, and teardown.
+ * thread that owns every read of the star's sockets and of the links peers
+ * dialled here (and accepts those, boot_link.c), failure detection and its
+ * propagation through rank 0, and teardown.
  *
  * A peer's socket closing without a BOOT_BYE first means the peer died or
  * aborted. The watcher notices within milliseconds, whatever the ranks are
@@ -24,21 +25,30 @@ loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstr
   struct bootstrap* b = calloc(1, sizeof(*b));
   struct boot_link* links = calloc((size_t)nlinks, sizeof(*links));
   _Atomic unsigned char* left = calloc((size_t)comm->nranks, sizeof(*left));
-  if (b == NULL || links == NULL || left == NULL) {
+  struct boot_addr* addrs = calloc((size_t)comm->nranks, sizeof(*addrs));
+  if (b != NULL) {
+    b->comm = comm;
+    b->lsn_fd = -1;
+    b->addrs = addrs;
+  }
+  if (b == NULL || links == NULL || left == NULL || addrs == NULL || boot_links_alloc(b) != 0) {
+    if (b != NULL) boot_links_free(b);
     free(b);
     free(links);
     free((void*)left);
+    if (b == NULL) free(addrs);
     return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
                        "bootstrap: out of memory for %d links", nlinks);
   }
-  b->comm = comm;
   b->nlinks = nlinks;
   b->links = links;
   b->left = left;
   b->stop_fd = -1;
+  b->mail_tail = &b->mail;
   for (int i = 0; i < nlinks; i++) {
     links[i].fd = -1;
     links[i].peer = (nlinks == 1) ? 0 : i; /* one link: it goes to rank 0 */
+    links[i].kind = BOOT_STAR;
     pthread_mutex_init(&links[i].send_lock, NULL);
   }
   /* Waits compute absolute times on the monotonic clock, immune to date
@@ -50,22 +60,43 @@ loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstr
   pthread_condattr_destroy(&attr);
   pthread_mutex_init(&b->mail_lock, NULL);
   pthread_mutex_init(&b->notify_lock, NULL);
+  pthread_mutex_init(&b->out_lock, NULL);
   *out = b;
   return loomSuccess;
 }
 
-/* Best effort and never waits: a peer that does not read must not hold us. */
+static void link_bye(struct boot_link* l, const struct boot_hdr* h) {
+  if (l == NULL || l->fd < 0 || atomic_load(&l->dead)) return;
+  pthread_mutex_lock(&l->send_lock);
+  if (!sock_send_nowait(l->fd, h, sizeof(*h)))
+    LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not say goodbye to peer %d", l->peer);
+  pthread_mutex_unlock(&l->send_lock);
+}
+
+/* Best effort and never waits: a peer that does not read must not hold us.
+ * On the star and on every link this rank dialled: the goodbye follows the
+ * messages on each socket, so a peer that learns of it knows no more come. */
 static void say_bye(struct bootstrap* b) {
   struct boot_hdr h;
   boot_hdr_fill(&h, b->comm->rank, BOOT_BYE, 0, 0);
-  for (int i = 0; i < b->nlinks; i++) {
-    struct boot_link* l = &b->links[i];
-    if (l->fd < 0 || atomic_load(&l->dead)) continue;
-    pthread_mutex_lock(&l->send_lock);
-    if (!sock_send_nowait(l->fd, &h, sizeof(h)))
-      LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: could not say goodbye to peer %d", l->peer);
-    pthread_mutex_unlock(&l->send_lock);
-  }
+  for (int i = 0; i < b->nlinks; i++) link_bye(&b->links[i], &h);
+  if (b->out == NULL) return;
+  pthread_mutex_lock(&b->out_lock);
+  for (int p = 0; p < b->comm->nranks; p++) link_bye(b->out[p], &h);
+  pthread_mutex_unlock(&b->out_lock);
+}
+
+/* shutdown() on the sockets peers read (the star's, the links this rank
+ * dialled): peers learn at once, even before the join. The watcher's
+ * in-links close after it stops. */
+static void shut_all(struct bootstrap* b, int how) {
+  for (int i = 0; i < b->nlinks; i++)
+    if (b->links[i].fd >= 0) shutdown(b->links[i].fd, how);
+  if (b->out == NULL) return;
+  pthread_mutex_lock(&b->out_lock);
+  for (int p = 0; p < b->comm->nranks; p++)
+    if (b->out[p] != NULL && b->out[p]->fd >= 0) shutdown(b->out[p]->fd, how);
+  pthread_mutex_unlock(&b->out_lock);
 }
 
 /* Reads what is left without waiting, so that close() sends a FIN after our
@@ -94,10 +125,13 @@ void boot_state_free(struct bootstrap* b, int clean) {
   if (state != loomSuccess && state != loomInProgress) clean = 0;
   atomic_store(&b->stopping, 1); /* closes from here on are ours, not failures */
   if (clean) say_bye(b);
-  /* Shut down first so that peers learn at once, even before the join. */
-  for (int i = 0; i < b->nlinks; i++)
-    if (b->links[i].fd >= 0) shutdown(b->links[i].fd, clean ? SHUT_WR : SHUT_RDWR);
+  shut_all(b, clean ? SHUT_WR : SHUT_RDWR);
   watcher_stop(b);
+  for (int p = 0; b->out != NULL && p < b->comm->nranks; p++) {
+    if (b->out[p] != NULL && b->out[p]->fd >= 0) drain(b->out[p]->fd);
+    if (b->in[p] != NULL && b->in[p]->fd >= 0) drain(b->in[p]->fd);
+  }
+  boot_links_free(b);
   for (int i = 0; i < b->nlinks; i++) {
     struct boot_link* l = &b->links[i];
     if (l->fd >= 0) {
@@ -116,6 +150,7 @@ void boot_state_free(struct bootstrap* b, int clean) {
   pthread_cond_destroy(&b->mail_cond);
   pthread_mutex_destroy(&b->mail_lock);
   pthread_mutex_destroy(&b->notify_lock);
+  pthread_mutex_destroy(&b->out_lock);
   free(b->watch_pfd);
   free(b->watch_link);
   free(b->links);
@@ -132,12 +167,6 @@ void boot_fini(struct loom_comm* comm, int clean) {
 }
 
 /* ---- Failures ----------------------------------------------------------------- */
-
-static void mail_wake(struct bootstrap* b) {
-  pthread_mutex_lock(&b->mail_lock);
-  pthread_cond_broadcast(&b->mail_cond);
-  pthread_mutex_unlock(&b->mail_lock);
-}
 
 static struct boot_link* link_of(struct bootstrap* b, int peer) {
   if (b->comm->rank != 0) return peer == 0 ? &b->links[0] : NULL;
@@ -188,7 +217,7 @@ void boot_peer_leaves(struct bootstrap* b, int peer) {
   LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d: peer %d left the communicator", b->comm->rank,
             peer);
   if (b->comm->rank == 0) left_broadcast(b, peer);
-  mail_wake(b);
+  boot_mail_wake(b);
   comm_wake(b->comm);
 }
 
@@ -199,12 +228,22 @@ void boot_peer_failed(struct bootstrap* b, int peer, loomResult_t code, const ch
    * sockets down, and the notice would be lost. */
   if (b->comm->rank == 0) failure_broadcast(b, peer, code, why);
   comm_set_failed(b->comm, peer, code, "%s", why);
-  mail_wake(b);
+  boot_mail_wake(b);
 }
 
 /* ---- The watcher -------------------------------------------------------------- */
 
+/* An in-link that ends is only marked quiet (boot_link.c says why). */
+static void in_link_closed(struct bootstrap* b, struct boot_link* l, int err) {
+  l->done = 1;
+  atomic_store_explicit(&b->in_state[l->peer], BOOT_IN_DONE, memory_order_release);
+  LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: rank %d: link from rank %d ended: %s", b->comm->rank,
+            l->peer, l->bye ? "goodbye" : sock_err_str(err));
+  boot_mail_wake(b);
+}
+
 static void link_closed(struct bootstrap* b, struct boot_link* l, int err) {
+  if (l->kind == BOOT_IN) return in_link_closed(b, l, err);
   l->done = 1;
   if (l->bye) {
     LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: peer %d said goodbye and closed", l->peer);
@@ -223,6 +262,8 @@ static void link_closed(struct bootstrap* b, struct boot_link* l, int err) {
 
 static void link_malformed(struct bootstrap* b, struct boot_link* l, const char* what) {
   l->done = 1;
+  if (l->kind == BOOT_IN)
+    atomic_store_explicit(&b->in_state[l->peer], BOOT_IN_DONE, memory_order_release);
   if (atomic_load(&b->stopping)) return;
   char why[200];
   snprintf(why, sizeof(why), "peer %d sent a malformed bootstrap message (%s)", l->peer, what);
@@ -245,7 +286,7 @@ static void failed_report(struct bootstrap* b, const struct boot_link* l,
   }
   comm_set_failed(b->comm, peer, loomRemoteError, "peer %d failed (reported by rank 0): %s", peer,
                   f.why);
-  mail_wake(b);
+  boot_mail_wake(b);
 }
 
 void boot_report_failure(struct loom_comm* comm, int peer, const char* why) {
@@ -280,11 +321,16 @@ static int link_hdr_ok(struct bootstrap* b, struct boot_link* l) {
              boot_type_name(h->type), h->from);
     ok = 0;
   }
-  int fits = (h->type == BOOT_DATA) || (h->type == BOOT_BYE && h->length == 0) ||
-             (h->type == BOOT_PING && h->length == 0) ||
-             (h->type == BOOT_FAILED && (l->peer == 0 || b->comm->rank == 0) &&
-              h->length == sizeof(struct boot_failed)) ||
-             (h->type == BOOT_LEFT && l->peer == 0 && h->length == sizeof(int32_t));
+  int bye = h->type == BOOT_BYE && h->length == 0;
+  int fits = bye || h->type == BOOT_P2P;
+  if (l->kind == BOOT_IN) /* the table, from this rank's tree parent only */
+    fits = fits || (h->type == BOOT_TABLE && l->peer == boot_tree_parent(b->comm->rank) &&
+                    h->length == boot_table_len(b->comm->nranks));
+  else
+    fits = fits || (h->type == BOOT_DATA) || (h->type == BOOT_PING && h->length == 0) ||
+           (h->type == BOOT_FAILED && (l->peer == 0 || b->comm->rank == 0) &&
+            h->length == sizeof(struct boot_failed)) ||
+           (h->type == BOOT_LEFT && l->peer == 0 && h->length == sizeof(int32_t));
   if (ok && !fits) {
     snprintf(why, sizeof(why), "unexpected %s message of %u bytes", boot_type_name(h->type),
              h->length);
@@ -301,6 +347,7 @@ static int link_hdr_ok(struct bootstrap* b, struct boot_link* l) {
     return 0;
   }
   l->msg->next = NULL;
+  l->msg->type = h->type;
   l->msg->tag = h->tag;
   l->msg->from = l->peer;
   l->msg->len = h->length;
@@ -311,20 +358,16 @@ static void link_dispatch(struct bootstrap* b, struct boot_link* l) {
   struct boot_mail* m = l->msg;
   l->msg = NULL;
   l->got = 0;
-  if (l->hdr.type == BOOT_DATA) {
-    pthread_mutex_lock(&b->mail_lock);
-    struct boot_mail** tail = &b->mail;
-    while (*tail != NULL) tail = &(*tail)->next;
-    *tail = m;
-    pthread_cond_broadcast(&b->mail_cond);
-    pthread_mutex_unlock(&b->mail_lock);
-    return;
-  }
+  if (l->hdr.type == BOOT_DATA || l->hdr.type == BOOT_P2P || l->hdr.type == BOOT_TABLE)
+    return boot_mail_put(b, m);
   if (l->hdr.type == BOOT_PING) {
     /* Only its arrival matters (heard_ns). */
   } else if (l->hdr.type == BOOT_BYE) {
     l->bye = 1;
     LOOM_INFO(SUB_BOOTSTRAP, "bootstrap: peer %d said goodbye", l->peer);
+    /* Its last word on this link: nothing more comes by it. */
+    if (l->kind == BOOT_IN)
+      atomic_store_explicit(&b->in_state[l->peer], BOOT_IN_DONE, memory_order_release);
     boot_peer_leaves(b, l->peer);
   } else if (l->hdr.type == BOOT_LEFT) {
     int32_t who;
@@ -376,8 +419,9 @@ static void heartbeat(struct bootstrap* b) {
   for (int i = 0; i < b->nlinks; i++) {
     struct boot_link* l = &b->links[i];
     if (l->fd < 0 || l->done || atomic_load(&l->dead)) continue;
-    if (ping) {
-      pthread_mutex_lock(&l->send_lock);
+    /* A sender may hold the lock for long (a big message to a slow
+     * reader): skip a beat rather than stop reading. */
+    if (ping && pthread_mutex_trylock(&l->send_lock) == 0) {
       sock_send_nowait(l->fd, &h, sizeof(h));
       pthread_mutex_unlock(&l->send_lock);
     }
@@ -401,39 +445,63 @@ static void heartbeat_init(struct bootstrap* b) {
   for (int i = 0; i < b->nlinks; i++) b->links[i].heard_ns = b->pinged_ns;
 }
 
+/* The stop eventfd, the star's sockets, the links' listener and the
+ * in-links: who to poll now. */
+static int watch_fill(struct bootstrap* b) {
+  int n = 0;
+  b->watch_pfd[n++] = (struct pollfd){.fd = b->stop_fd, .events = POLLIN};
+  for (int i = 0; i < b->nlinks; i++) {
+    if (b->links[i].fd < 0 || b->links[i].done) continue;
+    b->watch_pfd[n] = (struct pollfd){.fd = b->links[i].fd, .events = POLLIN};
+    b->watch_link[n++] = &b->links[i];
+  }
+  if (b->lsn_set != NULL) {
+    b->watch_pfd[n] = (struct pollfd){.fd = accept_set_fd(b->lsn_set), .events = POLLIN};
+    b->watch_link[n++] = NULL;
+  }
+  for (int k = 0; k < b->nin; k++) {
+    struct boot_link* l = b->in[b->in_peers[k]];
+    if (l->done) continue;
+    b->watch_pfd[n] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+    b->watch_link[n++] = l;
+  }
+  return n;
+}
+
 static void* watcher_main(void* arg) {
   struct bootstrap* b = arg;
   for (;;) {
-    int n = 0;
-    b->watch_pfd[n++] = (struct pollfd){.fd = b->stop_fd, .events = POLLIN};
-    for (int i = 0; i < b->nlinks; i++) {
-      if (b->links[i].fd < 0 || b->links[i].done) continue;
-      b->watch_pfd[n] = (struct pollfd){.fd = b->links[i].fd, .events = POLLIN};
-      b->watch_link[n++] = i;
-    }
-    /* The stop eventfd is the way out; the timeout paces the heartbeats. */
-    int ready = poll(b->watch_pfd, (nfds_t)n, b->ping_ms);
+    int n = watch_fill(b);
+    /* The stop eventfd is the way out; the timeout paces the heartbeats
+     * and the deadlines of links' hellos. */
+    int timeout = b->ping_ms;
+    int t = b->lsn_set != NULL ? accept_set_timeout_ms(b->lsn_set) : -1;
+    if (t >= 0 && t < timeout) timeout = t;
+    int ready = poll(b->watch_pfd, (nfds_t)n, timeout);
     if (ready < 0) {
       if (errno == EINTR) continue;
       comm_set_failed(b->comm, -1, loomSystemError, "bootstrap: the watcher's poll failed: %s",
                       strerror(errno));
-      mail_wake(b);
+      boot_mail_wake(b);
       return NULL;
     }
     if (b->watch_pfd[0].revents) return NULL;
     for (int k = 1; k < n && ready > 0; k++)
-      if (b->watch_pfd[k].revents) link_read(b, &b->links[b->watch_link[k]]);
+      if (b->watch_pfd[k].revents && b->watch_link[k] != NULL) link_read(b, b->watch_link[k]);
+    if (b->lsn_set != NULL) boot_link_accept(b); /* never blocks; also expires hellos */
     heartbeat(b);
   }
 }
 
 loomResult_t boot_watcher_start(struct bootstrap* b) {
   struct loom_comm* comm = b->comm;
-  b->watch_pfd = calloc((size_t)b->nlinks + 1, sizeof(*b->watch_pfd));
-  b->watch_link = calloc((size_t)b->nlinks + 1, sizeof(*b->watch_link));
+  size_t cap = 2 + (size_t)b->nlinks + (b->in != NULL ? (size_t)comm->nranks : 0);
+  b->watch_pfd = calloc(cap, sizeof(*b->watch_pfd));
+  b->watch_link = calloc(cap, sizeof(*b->watch_link));
   if (b->watch_pfd == NULL || b->watch_link == NULL)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
                        "bootstrap: out of memory for the watcher");
+  if (b->lsn_fd >= 0) LOOM_CHECK(boot_link_accept_start(b));
   b->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (b->stop_fd < 0)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: eventfd failed: %s",

@@ -137,6 +137,7 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
   pthread_mutex_lock(&comm->err_lock);
   int now = atomic_load(&comm->async_error);
   int first = now == loomSuccess || now == loomInProgress;
+  int blame_pid = (peer >= 0 && peer < comm->nranks && comm->peers) ? comm->peers[peer].pid : 0;
   if (first) {
     if (peer >= 0) atomic_store(&comm->failed_peer, peer);
     memcpy(comm->last_error, full, sizeof(full));
@@ -148,9 +149,15 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
     LOOM_WARN(SUB_ALL, "%s", full);
     forming_stop(comm);
     err_copy_to_thread(full);
-    if (peer >= 0 && peer < comm->nranks && comm->peers) report_blame(comm->peers[peer].pid);
+    report_blame(blame_pid);
   }
   comm_wake(comm);
+}
+
+void comm_set_peers(struct loom_comm* comm, struct peer_info* peers) {
+  pthread_mutex_lock(&comm->err_lock);
+  comm->peers = peers;
+  pthread_mutex_unlock(&comm->err_lock);
 }
 
 loomResult_t comm_settings_check(struct loom_comm* comm) {

@@ -111,6 +111,11 @@ static inline loomComm_t comm_handle(const struct loom_comm* comm) {
  * with code, once; later calls keep the first cause. Wakes waiters. */
 void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Publishes the peer table (peers: nranks rows, or NULL) under the error
+ * lock, so that a failure recorded meanwhile on another thread (the
+ * bootstrap's watcher, while the table travels) reads either none of it or
+ * all of it. */
+void comm_set_peers(struct loom_comm* comm, struct peer_info* peers);
 /* loomSuccess when every rank has the same value of each setting they must
  * agree on (params_agreed_*, from the peer table); otherwise
  * loomInvalidUsage naming the variable and the ranks that differ from rank

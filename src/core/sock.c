@@ -233,8 +233,18 @@ int sock_connect_retryable(int err) {
          err == EHOSTUNREACH || err == ENETUNREACH || err == EAGAIN || err == EINTR;
 }
 
-static int sock_wait(int fd, short events, const struct deadline* dl,
-                     const _Atomic int* abort_flag);
+static int sock_wait(int fd, short events, const struct deadline* dl, const struct sock_stop* stop);
+
+static int flag_set(void* flag) {
+  return atomic_load((const _Atomic int*)flag) != 0;
+}
+/* The stop of an abort flag (NULL: none). */
+static struct sock_stop flag_stop(const _Atomic int* abort_flag) {
+  return (struct sock_stop){.fn = abort_flag ? flag_set : NULL, .arg = (void*)abort_flag};
+}
+static int stop_now(const struct sock_stop* stop) {
+  return stop != NULL && stop->fn != NULL && stop->fn(stop->arg);
+}
 
 /* A NULL deadline means none. */
 static int dl_passed(const struct deadline* dl) {
@@ -244,16 +254,16 @@ static long long dl_left_ms(const struct deadline* dl, long long cap) {
   return dl ? LOOM_MIN(deadline_left_ms(dl), cap) : cap;
 }
 
-/* One connection attempt. Returns 0 or an errno value. */
-static int connect_once(const union sock_addr* addr, const struct deadline* dl,
-                        const _Atomic int* abort_flag, int* fd_out) {
+int sock_connect_try(const union sock_addr* addr, const struct deadline* dl,
+                     const struct sock_stop* stop, int* fd_out) {
+  if (stop_now(stop)) return ECANCELED;
   int fd = sock_open(addr->sa.sa_family);
   if (fd < 0) return errno;
   int err = 0;
   if (connect(fd, &addr->sa, sock_addr_len(addr)) != 0) {
     err = errno;
     if (err == EINPROGRESS || err == EINTR) {
-      err = sock_wait(fd, POLLOUT, dl, abort_flag);
+      err = sock_wait(fd, POLLOUT, dl, stop);
       socklen_t len = sizeof(err);
       if (err == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
     }
@@ -281,8 +291,9 @@ loomResult_t sock_connect(struct loom_comm* comm, const union sock_addr* addr, c
   uint64_t start = time_now_ns();
   long long backoff = SOCK_BACKOFF_FIRST_MS;
   int attempts = 0, last_err = 0;
+  struct sock_stop stop = flag_stop(abort_flag);
   for (;;) {
-    int err = connect_once(addr, dl, abort_flag, fd_out);
+    int err = sock_connect_try(addr, dl, &stop, fd_out);
     attempts++;
     if (err == 0) return loomSuccess;
     /* Our own deadline cutting an attempt short says less than what the
@@ -312,9 +323,9 @@ loomResult_t sock_connect(struct loom_comm* comm, const union sock_addr* addr, c
  * the abort flag. Returns 0 (ready, or an error the next call will report),
  * ETIMEDOUT, ECANCELED or errno. */
 static int sock_wait(int fd, short events, const struct deadline* dl,
-                     const _Atomic int* abort_flag) {
+                     const struct sock_stop* stop) {
   for (;;) {
-    if (abort_flag != NULL && atomic_load(abort_flag)) return ECANCELED;
+    if (stop_now(stop)) return ECANCELED;
     /* Poll before judging the deadline: what is ready at the deadline counts. */
     struct pollfd p = {.fd = fd, .events = events, .revents = 0};
     int rc = poll(&p, 1, (int)dl_left_ms(dl, SOCK_SLICE_MS));
@@ -326,6 +337,18 @@ static int sock_wait(int fd, short events, const struct deadline* dl,
 
 int sock_send_all(int fd, const void* buf, size_t len, const struct deadline* dl,
                   const _Atomic int* abort_flag) {
+  struct sock_stop stop = flag_stop(abort_flag);
+  return sock_send_until(fd, buf, len, dl, &stop);
+}
+
+int sock_recv_all(int fd, void* buf, size_t len, const struct deadline* dl,
+                  const _Atomic int* abort_flag) {
+  struct sock_stop stop = flag_stop(abort_flag);
+  return sock_recv_until(fd, buf, len, dl, &stop);
+}
+
+int sock_send_until(int fd, const void* buf, size_t len, const struct deadline* dl,
+                    const struct sock_stop* stop) {
   const char* p = (const char*)buf;
   size_t off = 0;
   while (off < len) {
@@ -336,14 +359,14 @@ int sock_send_all(int fd, const void* buf, size_t len, const struct deadline* dl
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return errno;
-    int err = sock_wait(fd, POLLOUT, dl, abort_flag);
+    int err = sock_wait(fd, POLLOUT, dl, stop);
     if (err != 0) return err;
   }
   return 0;
 }
 
-int sock_recv_all(int fd, void* buf, size_t len, const struct deadline* dl,
-                  const _Atomic int* abort_flag) {
+int sock_recv_until(int fd, void* buf, size_t len, const struct deadline* dl,
+                    const struct sock_stop* stop) {
   char* p = (char*)buf;
   size_t off = 0;
   while (off < len) {
@@ -355,7 +378,7 @@ int sock_recv_all(int fd, void* buf, size_t len, const struct deadline* dl,
     if (n == 0) return SOCK_EOF;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
-    int err = sock_wait(fd, POLLIN, dl, abort_flag);
+    int err = sock_wait(fd, POLLIN, dl, stop);
     if (err != 0) return err;
   }
   return 0;

@@ -65,6 +65,13 @@ loomResult_t sock_listen(struct loom_comm* comm, union sock_addr* addr, int* fd_
 loomResult_t sock_connect(struct loom_comm* comm, const union sock_addr* addr, const char* what,
                           const struct deadline* dl, const _Atomic int* abort_flag, int* fd_out);
 
+/* A caller's own reason to give up a wait: fn(arg) != 0, asked before
+ * each slice (at most 100 ms apart) of every wait. fn NULL: none. */
+struct sock_stop {
+  int (*fn)(void* arg);
+  void* arg;
+};
+
 /* Sends or receives exactly len bytes on a non-blocking socket, waiting with
  * poll in slices of at most 100 ms. Returns 0, or: ETIMEDOUT when the
  * deadline passed, ECANCELED when *abort_flag (may be NULL) turned nonzero,
@@ -75,6 +82,17 @@ int sock_send_all(int fd, const void* buf, size_t len, const struct deadline* dl
                   const _Atomic int* abort_flag);
 int sock_recv_all(int fd, void* buf, size_t len, const struct deadline* dl,
                   const _Atomic int* abort_flag);
+/* As sock_send_all and sock_recv_all, with a stop (may be NULL) instead of
+ * an abort flag: ECANCELED once it says so. */
+int sock_send_until(int fd, const void* buf, size_t len, const struct deadline* dl,
+                    const struct sock_stop* stop);
+int sock_recv_until(int fd, void* buf, size_t len, const struct deadline* dl,
+                    const struct sock_stop* stop);
+/* One connection attempt (no retry), waiting for it until the deadline or
+ * the stop (may be NULL). Returns 0 with a non-blocking TCP_NODELAY socket
+ * in *fd_out, or an errno value (ETIMEDOUT, ECANCELED). Logs nothing. */
+int sock_connect_try(const union sock_addr* addr, const struct deadline* dl,
+                     const struct sock_stop* stop, int* fd_out);
 /* One attempt to send without waiting (best effort, e.g. a goodbye). Returns
  * 1 when every byte went out. */
 int sock_send_nowait(int fd, const void* buf, size_t len);

@@ -174,6 +174,15 @@ INSTANTIATE_TEST_SUITE_P(Ranks, FaultInit,
                                             ::testing::Values(InitBy::UniqueId, InitBy::FromEnv)),
                          init_death_name);
 
+// The peer table goes down a binomial tree (src/core/boot_tree.c): with 8
+// ranks, rank 1 passes it on to 3 and 5 (and 3 to 7), rank 2 to 6. Their
+// descendants wait for a table that never comes from them.
+const Death kTreeDeaths[] = {{8, 1}, {8, 2}};
+INSTANTIATE_TEST_SUITE_P(Tree, FaultInit,
+                         ::testing::Combine(::testing::ValuesIn(kTreeDeaths),
+                                            ::testing::Values(InitBy::UniqueId, InitBy::FromEnv)),
+                         init_death_name);
+
 class FaultAllReduce : public ::testing::TestWithParam<std::tuple<Death, Release>> {};
 
 // Halfway through a large all-reduce the dead rank stops; the survivors'
