@@ -8,10 +8,13 @@
 // Process ranks only: settings are read once per process, so thread ranks of
 // this test process cannot be given other values; loomCommInitAll is still
 // checked for the bad values in a child process of its own.
+//
+// "At once" is checked without a clock: every communicator's timeout is far
+// above the harness's (kNeverMs), so a rank that waits for anything before
+// refusing, or for a rank that refused without telling it, hangs the run.
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -39,10 +42,6 @@ std::string BadName(const ::testing::TestParamInfo<Bad>& info) {
 
 class BadSetting : public ::testing::TestWithParam<Bad> {};
 
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The error text names the variable, the value and why.
 void ExpectNamed(const std::string& text, const Bad& b) {
   std::string want = std::string(b.name) + "=" + b.value + ": ";
@@ -64,8 +63,7 @@ TEST_P(BadSetting, InitFailsAtOnceNamingIt) {
       2, Mode::Proc,
       [&](Ctx& c) {
         loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-        cfg.timeoutMs = 20000;
-        auto t0 = std::chrono::steady_clock::now();
+        cfg.timeoutMs = harness::kNeverMs;
         loomComm_t comm = nullptr;
         EXPECT_EQ(loomCommInitFromEnv(&comm, &cfg), loomInvalidArgument);
         EXPECT_EQ(comm, nullptr);
@@ -73,7 +71,6 @@ TEST_P(BadSetting, InitFailsAtOnceNamingIt) {
         loomUniqueId id;
         EXPECT_EQ(loomGetUniqueId(&id), loomInvalidArgument);
         ExpectNamed(loomGetLastError(nullptr), b);
-        EXPECT_LT(SecondsSince(t0), 5.0) << "rank " << c.rank << " took too long to refuse";
       },
       o);
 }
@@ -176,8 +173,7 @@ TEST_P(SettingsDiffer, EveryRankRefusesNamingTheRanks) {
       4, Mode::Proc,
       [&](Ctx& c) {
         loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-        cfg.timeoutMs = 20000;
-        auto t0 = std::chrono::steady_clock::now();
+        cfg.timeoutMs = harness::kNeverMs;
         loomComm_t comm = nullptr;
         EXPECT_EQ(loomCommInitFromEnv(&comm, &cfg), loomInvalidUsage);
         std::string text = loomGetLastError(nullptr);
@@ -185,7 +181,6 @@ TEST_P(SettingsDiffer, EveryRankRefusesNamingTheRanks) {
                   std::string::npos)
             << text;
         EXPECT_NE(text.find("ranks 1,3 have another value than rank 0"), std::string::npos) << text;
-        EXPECT_LT(SecondsSince(t0), 10.0) << "rank " << c.rank;
         if (comm) loomCommDestroy(comm);
       },
       o);
