@@ -162,6 +162,7 @@ static void* init_thread_main(void* arg) {
     int expect = loomInProgress;
     atomic_compare_exchange_strong(&job->comm->async_error, &expect, (int)r);
   }
+  comm_state_changed(job->comm); /* calls waiting for the init go on */
   free(job);
   return NULL;
 }
@@ -246,9 +247,8 @@ loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
 }
 
 loomResult_t coll_comm_settled(struct loom_comm* comm) {
-  /* A non-blocking init still running: wait for it (it has its own
-   * deadline). */
-  while (atomic_load(&comm->async_error) == loomInProgress) usleep(1000);
+  /* A non-blocking init still running: wait for its end. */
+  if (atomic_load(&comm->async_error) == loomInProgress) LOOM_CHECK(comm_await_init(comm));
   if (comm->coll) return loomSuccess;
   return comm_health(comm);
 }
@@ -295,9 +295,9 @@ loomResult_t loomCommFinalize(loomComm_t handle) {
   wait_queued(comm);
   LOOM_CHECK(comm_health(comm));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
-  atomic_fetch_add(&comm->boot_users, 1);
+  comm_boot_enter(comm);
   loomResult_t r = boot_broke(comm, boot_barrier(comm, &dl));
-  atomic_fetch_sub(&comm->boot_users, 1);
+  comm_boot_leave(comm);
   return r;
 }
 
@@ -319,7 +319,16 @@ loomResult_t loomCommAbort(loomComm_t handle) {
   /* Launches queued on streams or running on other threads notice the flag
    * at their next wake-up and fail fast. */
   wait_queued(comm);
-  while (atomic_load(&comm->boot_users) > 0) usleep(1000); /* they watch the flag too */
+  /* Splits and finalizes inside the bootstrap watch the flag too. One that
+   * does not leave in time keeps the communicator: freeing it under that
+   * call would be worse than the leak. */
+  if (!comm_await_boot_users(comm, comm->timeout_ms)) {
+    LOOM_WARN(SUB_INIT,
+              "rank %d: loomCommAbort: a split or finalize on another thread is still inside "
+              "the bootstrap after %lld ms; the communicator stays allocated",
+              comm->rank, comm->timeout_ms);
+    return loomSuccess;
+  }
   comm_teardown(comm, 0);
   return loomSuccess;
 }
@@ -398,7 +407,7 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
     r = err_set(comm, loomSystemError, "out of memory");
     goto out;
   }
-  atomic_fetch_add(&comm->boot_users, 1);
+  comm_boot_enter(comm);
   r = boot_broke(comm, boot_allgather(comm, &mine, sizeof(mine), all, &dl));
   if (r != loomSuccess) goto out;
   /* New rank = place among the same color, ordered by (key, old rank). */
@@ -423,7 +432,7 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
                 comm->cuda_dev);
   if (r != loomSuccess && r != loomInProgress) r = split_failed(comm, r);
 out:
-  if (all && ids) atomic_fetch_sub(&comm->boot_users, 1);
+  if (all && ids) comm_boot_leave(comm);
   free(all);
   free(ids);
   return r;
