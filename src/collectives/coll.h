@@ -106,7 +106,8 @@ struct coll_comm {
   /* The tuner's constants, rank 0's for every rank: ranks that calibrated
    * apart would otherwise disagree on plans. */
   struct tune_consts tune;
-  int* host_of; /* host of each rank, numbered in order of first appearance */
+  int* host_of;          /* host of each rank, numbered in order of first appearance */
+  enum tune_proto proto; /* how slices cross connections (tune_proto_pick; simple so far) */
   /* The last plans built, reused by calls that repeat (as training loops
    * do). Under exec_lock; only the collective lane uses them. */
   struct {

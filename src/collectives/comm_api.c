@@ -14,6 +14,7 @@
 #include "core/checks.h"
 #include "core/handle.h"
 #include "core/params.h"
+#include "topo/topo.h"
 #include "transport/transport.h"
 
 /* Which host each rank is on (numbered in order of first appearance), and
@@ -82,6 +83,10 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
   cc->tune.read_call_us = loads ? 0 : cc->tune.cma_us;
   free(all);
   if (r != loomSuccess) return r;
+  cc->proto = tune_proto_pick();
+  if (comm->rank == 0)
+    LOOM_INFO(SUB_TUNE, "protocol %s (%s)", tune_proto_name(cc->proto),
+              tune_proto_forced() ? "LOOM_PROTO" : "the host path's only protocol");
   return shape_init(comm, cc);
 }
 
@@ -111,12 +116,18 @@ static void self_info(const struct loom_comm* comm, struct peer_info* self) {
    * nothing to them). Checked already by whoever bound the rank. */
   if (comm->cuda_dev >= 0 && cuda_device_identity(comm->cuda_dev, &self->dev) != loomSuccess)
     memset(&self->dev, 0, sizeof(self->dev));
-  /* LOOM_HOSTID names the host instead (tests that make hosts of processes
-   * of one machine, containers that share a boot id and a namespace). */
-  const char* hostid = params_get()->hostid;
-  self->host_id = hostid && *hostid ? hash64(hostid, strlen(hostid), 0x686f7374) : host_id_get();
+  /* Probed, or given by LOOM_TOPO_FILE or LOOM_HOSTID (tests that make
+   * hosts of processes of one machine, containers that share a boot id and
+   * a namespace). */
+  const struct topo_facts* topo = topo_get();
+  self->host_id = topo->host_id;
+  self->machine_id = topo->machine_id;
+  self->cpus = topo->cpus;
   self->process_token = process_token_get();
-  self->machine_id = machine_id_get();
+  LOOM_INFO(SUB_INIT, "rank %d: host %s (%s), machine %s (%s), %d cpus (%s)", comm->rank,
+            topo->host, topo->given & TOPO_HOST ? "given" : "probed", topo->machine,
+            topo->given & TOPO_MACHINE ? "given" : "probed", topo->cpus,
+            topo->given & TOPO_CPUS ? "given" : "probed");
   params_agreed_digest(self->settings);
   gethostname(self->hostname, sizeof(self->hostname) - 1);
 }
@@ -170,6 +181,8 @@ static void* init_thread_main(void* arg) {
 loomResult_t coll_settings_check(void) {
   LOOM_CHECK(params_check());
   LOOM_CHECK(tune_algo_check(params_get()->algo));
+  LOOM_CHECK(tune_proto_check(params_get()->proto));
+  LOOM_CHECK(topo_check());
   return tp_transports_check(params_get()->transports);
 }
 

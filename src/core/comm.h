@@ -21,12 +21,12 @@
 struct peer_info {
   int32_t rank;
   int32_t pid;
-  int32_t cuda_dev; /* the device ordinal in its own process; -1 for host ranks */
-  int32_t pad0;
-  struct dev_identity dev;              /* comparable across processes; all zero for host ranks */
-  uint64_t host_id;                     /* host_id_get(): boot id + network namespace */
-  uint64_t process_token;               /* process_token_get() */
-  uint64_t machine_id;                  /* machine_id_get(): whose cores this rank shares */
+  int32_t cuda_dev;        /* the device ordinal in its own process; -1 for host ranks */
+  int32_t cpus;            /* CPUs its process may run on (topo.h) */
+  struct dev_identity dev; /* comparable across processes; all zero for host ranks */
+  uint64_t host_id;        /* topo.h: ranks with the same id share memory */
+  uint64_t process_token;  /* process_token_get() */
+  uint64_t machine_id;     /* topo.h: whose cores this rank shares */
   uint64_t settings[PARAMS_AGREED_MAX]; /* params_agreed_digest(): what ranks must agree on */
   char hostname[64];
 };
