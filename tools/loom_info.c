@@ -1,6 +1,7 @@
 /* loom_info - what this build of Loom is and what it can use here.
  *   loom_info          version, features compiled in, transports usable here
- *   loom_info --env    every LOOM_* variable: value, default, help */
+ *   loom_info --env    every LOOM_* variable: value, default, help
+ *   loom_info --topo   the probed topology, in LOOM_TOPO_FILE's format */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "core/params.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "loom.h"
+#include "topo/topo.h"
 #include "topo/tune.h"
 
 static const char* type_name(enum param_type t) {
@@ -161,17 +163,31 @@ static void print_info(void) {
   printf("\n");
 }
 
+/* The probed facts on stdout, ready to edit into a LOOM_TOPO_FILE; a file
+ * already set is checked, its error on stderr (exit status 1). */
+static int print_topo(void) {
+  struct topo_facts probed;
+  topo_probe(&probed);
+  topo_print(&probed, stdout);
+  if (topo_check() == loomSuccess) return 0;
+  fprintf(stderr, "loom_info: %s\n", loomGetLastError(NULL));
+  return 1;
+}
+
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--env") == 0) return print_env();
+    if (strcmp(argv[i], "--topo") == 0) return print_topo();
     if (strcmp(argv[i], "--tuning") == 0) {
       print_tuning();
       return 0;
     }
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       printf(
-          "usage: loom_info [--env | --tuning]\n"
+          "usage: loom_info [--env | --topo | --tuning]\n"
           "  --env     print every LOOM_* variable with its value, default and help\n"
+          "  --topo    print the topology probed here, in LOOM_TOPO_FILE's format\n"
+          "            (docs/topology.md): save it, edit it, give it to a rank\n"
           "  --tuning  print, per collective, rank count and size range, the algorithm the\n"
           "            tuner picks and the time it predicts\n");
       return 0;

@@ -104,7 +104,8 @@ struct coll_comm {
   /* The tuner's constants, rank 0's for every rank: ranks that calibrated
    * apart would otherwise disagree on plans. */
   struct tune_consts tune;
-  int* host_of; /* host of each rank, numbered in order of first appearance */
+  int* host_of;          /* host of each rank, numbered in order of first appearance */
+  enum tune_proto proto; /* how slices cross connections (tune_proto_pick; simple so far) */
   /* The last plans built, reused by calls that repeat (as training loops
    * do). Under exec_lock; only the collective lane uses them. */
   struct {
@@ -122,9 +123,10 @@ struct coll_comm {
 loomResult_t coll_settings_check(void);
 loomResult_t coll_comm_init(struct loom_comm* comm);
 void coll_comm_fini(struct loom_comm* comm);
-/* Waits for a non-blocking init of comm to end (it has its own deadline);
- * then loomSuccess when comm is initialised, whether or not it broke since,
- * else the error that ended its init. */
+/* Waits for a non-blocking init of comm to end (sleeping on comm's state
+ * condition; loomTimeout after comm->timeout_ms, though the init's own waits
+ * have deadlines too); then loomSuccess when comm is initialised, whether or
+ * not it broke since, else the error that ended its init. */
 loomResult_t coll_comm_settled(struct loom_comm* comm);
 /* coll_comm_settled, then: comm is usable (not aborted, not broken). */
 loomResult_t coll_comm_ready(struct loom_comm* comm);

@@ -14,6 +14,7 @@
 #include "core/checks.h"
 #include "core/handle.h"
 #include "core/params.h"
+#include "topo/topo.h"
 #include "transport/transport.h"
 
 /* Which host each rank is on (numbered in order of first appearance), and
@@ -81,6 +82,10 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
   cc->tune.read_call_us = loads ? 0 : cc->tune.cma_us;
   free(all);
   if (r != loomSuccess) return r;
+  cc->proto = tune_proto_pick();
+  if (comm->rank == 0)
+    LOOM_INFO(SUB_TUNE, "protocol %s (%s)", tune_proto_name(cc->proto),
+              tune_proto_forced() ? "LOOM_PROTO" : "the host path's only protocol");
   return shape_init(comm, cc);
 }
 
@@ -108,12 +113,18 @@ static void self_info(const struct loom_comm* comm, struct peer_info* self) {
    * nothing to them). Checked already by whoever bound the rank. */
   if (comm->cuda_dev >= 0 && cuda_device_identity(comm->cuda_dev, &self->dev) != loomSuccess)
     memset(&self->dev, 0, sizeof(self->dev));
-  /* LOOM_HOSTID names the host instead (tests that make hosts of processes
-   * of one machine, containers that share a boot id and a namespace). */
-  const char* hostid = params_get()->hostid;
-  self->host_id = hostid && *hostid ? hash64(hostid, strlen(hostid), 0x686f7374) : host_id_get();
+  /* Probed, or given by LOOM_TOPO_FILE or LOOM_HOSTID (tests that make
+   * hosts of processes of one machine, containers that share a boot id and
+   * a namespace). */
+  const struct topo_facts* topo = topo_get();
+  self->host_id = topo->host_id;
+  self->machine_id = topo->machine_id;
+  self->cpus = topo->cpus;
   self->process_token = process_token_get();
-  self->machine_id = machine_id_get();
+  LOOM_INFO(SUB_INIT, "rank %d: host %s (%s), machine %s (%s), %d cpus (%s)", comm->rank,
+            topo->host, topo->given & TOPO_HOST ? "given" : "probed", topo->machine,
+            topo->given & TOPO_MACHINE ? "given" : "probed", topo->cpus,
+            topo->given & TOPO_CPUS ? "given" : "probed");
   params_agreed_digest(self->settings);
   gethostname(self->hostname, sizeof(self->hostname) - 1);
 }
@@ -160,6 +171,7 @@ static void* init_thread_main(void* arg) {
     int expect = loomInProgress;
     atomic_compare_exchange_strong(&job->comm->async_error, &expect, (int)r);
   }
+  comm_state_changed(job->comm); /* calls waiting for the init go on */
   free(job);
   return NULL;
 }
@@ -167,6 +179,8 @@ static void* init_thread_main(void* arg) {
 loomResult_t coll_settings_check(void) {
   LOOM_CHECK(params_check());
   LOOM_CHECK(tune_algo_check(params_get()->algo));
+  LOOM_CHECK(tune_proto_check(params_get()->proto));
+  LOOM_CHECK(topo_check());
   return tp_transports_check(params_get()->transports);
 }
 
@@ -244,9 +258,8 @@ loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
 }
 
 loomResult_t coll_comm_settled(struct loom_comm* comm) {
-  /* A non-blocking init still running: wait for it (it has its own
-   * deadline). */
-  while (atomic_load(&comm->async_error) == loomInProgress) usleep(1000);
+  /* A non-blocking init still running: wait for its end. */
+  if (atomic_load(&comm->async_error) == loomInProgress) LOOM_CHECK(comm_await_init(comm));
   if (comm->coll) return loomSuccess;
   return comm_health(comm);
 }
@@ -293,9 +306,9 @@ loomResult_t loomCommFinalize(loomComm_t handle) {
   wait_queued(comm);
   LOOM_CHECK(comm_health(comm));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
-  atomic_fetch_add(&comm->boot_users, 1);
+  comm_boot_enter(comm);
   loomResult_t r = boot_broke(comm, boot_barrier(comm, &dl));
-  atomic_fetch_sub(&comm->boot_users, 1);
+  comm_boot_leave(comm);
   return r;
 }
 
@@ -317,7 +330,16 @@ loomResult_t loomCommAbort(loomComm_t handle) {
   /* Launches queued on streams or running on other threads notice the flag
    * at their next wake-up and fail fast. */
   wait_queued(comm);
-  while (atomic_load(&comm->boot_users) > 0) usleep(1000); /* they watch the flag too */
+  /* Splits and finalizes inside the bootstrap watch the flag too. One that
+   * does not leave in time keeps the communicator: freeing it under that
+   * call would be worse than the leak. */
+  if (!comm_await_boot_users(comm, comm->timeout_ms)) {
+    LOOM_WARN(SUB_INIT,
+              "rank %d: loomCommAbort: a split or finalize on another thread is still inside "
+              "the bootstrap after %lld ms; the communicator stays allocated",
+              comm->rank, comm->timeout_ms);
+    return loomSuccess;
+  }
   comm_teardown(comm, 0);
   return loomSuccess;
 }
@@ -396,7 +418,7 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
     r = err_set(comm, loomSystemError, "out of memory");
     goto out;
   }
-  atomic_fetch_add(&comm->boot_users, 1);
+  comm_boot_enter(comm);
   r = boot_broke(comm, boot_allgather(comm, &mine, sizeof(mine), all, &dl));
   if (r != loomSuccess) goto out;
   /* New rank = place among the same color, ordered by (key, old rank). */
@@ -421,7 +443,7 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
                 comm->cuda_dev);
   if (r != loomSuccess && r != loomInProgress) r = split_failed(comm, r);
 out:
-  if (all && ids) atomic_fetch_sub(&comm->boot_users, 1);
+  if (all && ids) comm_boot_leave(comm);
   free(all);
   free(ids);
   return r;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/checks.h"
 #include "core/handle.h"
@@ -33,6 +34,12 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
   atomic_init(&c->aborted, 0);
   atomic_init(&c->failed_peer, -1);
   pthread_mutex_init(&c->err_lock, NULL);
+  pthread_mutex_init(&c->state_lock, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->state_cond, &attr);
+  pthread_condattr_destroy(&attr);
   *out = c;
   return loomSuccess;
 }
@@ -95,6 +102,8 @@ void comm_free(struct loom_comm* comm) {
   if (comm->handle) handle_end(comm->handle, HANDLE_COMM);
   free(comm->peers);
   pthread_mutex_destroy(&comm->err_lock);
+  pthread_mutex_destroy(&comm->state_lock);
+  pthread_cond_destroy(&comm->state_cond);
   free(comm);
 }
 
@@ -145,7 +154,8 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
     atomic_store(&comm->async_error, (int)code);
   }
   pthread_mutex_unlock(&comm->err_lock);
-  if (first) { /* from the local copy: last_error may change under its lock */
+  if (first) {                /* from the local copy: last_error may change under its lock */
+    comm_state_changed(comm); /* a non-blocking init that failed has ended */
     LOOM_WARN(SUB_ALL, "%s", full);
     forming_stop(comm);
     err_copy_to_thread(full);
@@ -206,6 +216,58 @@ loomResult_t comm_health(struct loom_comm* comm) {
   err_copy_to_thread(comm->fail_error);
   pthread_mutex_unlock(&comm->err_lock);
   return (loomResult_t)e;
+}
+
+void comm_state_changed(struct loom_comm* comm) {
+  /* Under the lock, after the change: a waiter that saw the old state is
+   * asleep on the condition by now, and wakes. */
+  pthread_mutex_lock(&comm->state_lock);
+  pthread_cond_broadcast(&comm->state_cond);
+  pthread_mutex_unlock(&comm->state_lock);
+}
+
+/* Sleeps on state_cond (state_lock held) until a change or dl; 0, without
+ * sleeping, once dl has passed. */
+static int state_wait(struct loom_comm* comm, const struct deadline* dl) {
+  if (deadline_passed(dl)) return 0;
+  if (!dl->at_ns) return pthread_cond_wait(&comm->state_cond, &comm->state_lock), 1;
+  struct timespec ts = {(time_t)(dl->at_ns / 1000000000u), (long)(dl->at_ns % 1000000000u)};
+  pthread_cond_timedwait(&comm->state_cond, &comm->state_lock, &ts);
+  return 1;
+}
+
+loomResult_t comm_await_init(struct loom_comm* comm) {
+  struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  pthread_mutex_lock(&comm->state_lock);
+  while (atomic_load(&comm->async_error) == loomInProgress && state_wait(comm, &dl)) continue;
+  pthread_mutex_unlock(&comm->state_lock);
+  if (atomic_load(&comm->async_error) != loomInProgress) return loomSuccess;
+  return err_set(comm, loomTimeout,
+                 "the communicator's non-blocking init was still running after %lld ms",
+                 comm->timeout_ms);
+}
+
+void comm_boot_enter(struct loom_comm* comm) {
+  pthread_mutex_lock(&comm->state_lock);
+  comm->boot_users++;
+  pthread_mutex_unlock(&comm->state_lock);
+}
+
+void comm_boot_leave(struct loom_comm* comm) {
+  /* The last touch of comm by this call is the unlock: a waiting abort
+   * frees comm only after taking the lock. */
+  pthread_mutex_lock(&comm->state_lock);
+  if (--comm->boot_users == 0) pthread_cond_broadcast(&comm->state_cond);
+  pthread_mutex_unlock(&comm->state_lock);
+}
+
+int comm_await_boot_users(struct loom_comm* comm, long long ms) {
+  struct deadline dl = deadline_in_ms(ms);
+  pthread_mutex_lock(&comm->state_lock);
+  while (comm->boot_users > 0 && state_wait(comm, &dl)) continue;
+  int none = comm->boot_users == 0;
+  pthread_mutex_unlock(&comm->state_lock);
+  return none;
 }
 
 int comm_await_failure(struct loom_comm* comm, struct bell* bell, long long ms) {

@@ -21,12 +21,12 @@
 struct peer_info {
   int32_t rank;
   int32_t pid;
-  int32_t cuda_dev; /* the device ordinal in its own process; -1 for host ranks */
-  int32_t pad0;
-  struct dev_identity dev;              /* comparable across processes; all zero for host ranks */
-  uint64_t host_id;                     /* host_id_get(): boot id + network namespace */
-  uint64_t process_token;               /* process_token_get() */
-  uint64_t machine_id;                  /* machine_id_get(): whose cores this rank shares */
+  int32_t cuda_dev;        /* the device ordinal in its own process; -1 for host ranks */
+  int32_t cpus;            /* CPUs its process may run on (topo.h) */
+  struct dev_identity dev; /* comparable across processes; all zero for host ranks */
+  uint64_t host_id;        /* topo.h: ranks with the same id share memory */
+  uint64_t process_token;  /* process_token_get() */
+  uint64_t machine_id;     /* topo.h: whose cores this rank shares */
   uint64_t settings[PARAMS_AGREED_MAX]; /* params_agreed_digest(): what ranks must agree on */
   char hostname[64];
 };
@@ -79,9 +79,14 @@ struct loom_comm {
   struct loom_comm* forming;
   struct loom_comm* parent;
 
-  /* Public calls inside the bootstrap on other threads (split, finalize):
-   * loomCommAbort waits for them to leave before freeing. */
-  _Atomic int boot_users;
+  /* What public calls on other threads wait for: a non-blocking init's end
+   * (async_error leaving loomInProgress) and the last of boot_users (public
+   * calls inside the bootstrap: split, finalize) leaving, which
+   * loomCommAbort waits for before freeing. Changes are broadcast on
+   * state_cond (CLOCK_MONOTONIC) under state_lock. */
+  pthread_mutex_t state_lock;
+  pthread_cond_t state_cond;
+  int boot_users; /* under state_lock */
 
   /* Non-blocking init runs on this thread. */
   pthread_t init_thread;
@@ -139,6 +144,19 @@ const char* comm_stop_reason(const struct loom_comm* comm);
  * 0 at the deadline. For an error seen on a connection, whose cause the
  * bootstrap learns moments later. */
 int comm_await_failure(struct loom_comm* comm, struct bell* bell, long long ms);
+/* A non-blocking init of comm has ended: wakes calls waiting for it
+ * (comm_await_init). Any thread. */
+void comm_state_changed(struct loom_comm* comm);
+/* Waits for a non-blocking init of comm to end (async_error no longer
+ * loomInProgress): loomSuccess, or loomTimeout naming the wait once
+ * comm->timeout_ms has passed (the init's own waits have deadlines too). */
+loomResult_t comm_await_init(struct loom_comm* comm);
+/* A public call enters / leaves comm's bootstrap from its own thread. */
+void comm_boot_enter(struct loom_comm* comm);
+void comm_boot_leave(struct loom_comm* comm);
+/* Waits at most ms for every call inside the bootstrap to leave (they watch
+ * the abort flag): 1 once none is left, 0 at the deadline. */
+int comm_await_boot_users(struct loom_comm* comm, long long ms);
 /* Calls the wake hook, if set (any thread). */
 void comm_wake(struct loom_comm* comm);
 /* Sets the wake hook; fn NULL clears it. */

@@ -121,11 +121,6 @@ static int check_cpu_kernel(const char* v, char* why, size_t len) {
   return one_of(v, names, why, len);
 }
 
-static int check_proto(const char* v, char* why, size_t len) {
-  static const char* const names[] = {"", "simple", NULL};
-  return one_of(v, names, why, len);
-}
-
 static int check_subsys(const char* v, char* why, size_t len) {
   return log_subsys_check(v, why, len);
 }
@@ -153,6 +148,14 @@ static int is_word(const char* b, const char* e) {
   for (const char* p = b; p < e; p++)
     if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-') return 0;
   return 1;
+}
+
+/* One name, or empty; which names are protocols is the tuner's to say
+ * (tune_proto_check). */
+static int check_proto(const char* v, char* why, size_t len) {
+  if (!*v || is_word(v, v + strlen(v))) return 0;
+  snprintf(why, len, "'%s' is not a protocol name", v);
+  return -1;
 }
 
 /* "family", or "coll:family" pairs separated by ';'. The names themselves
@@ -231,7 +234,7 @@ static const struct {
      "a comma list of interface name prefixes, optionally after ^ and ="},
     {"LOOM_ALGO", check_algo,
      "a family (ring) or coll:family pairs separated by ; (allreduce:ring;allgather:rhd)"},
-    {"LOOM_PROTO", check_proto, "simple, or empty"},
+    {"LOOM_PROTO", check_proto, "a protocol (simple), or empty for the tuner's choice"},
     {"LOOM_CPU_KERNEL", check_cpu_kernel, "auto, avx512, avx2 or scalar"},
     {"LOOM_FAULT", check_fault, "a comma list of point:rank, e.g. init:2,allreduce:1"},
     {"LOOM_SECRET", check_secret, "1 to 16 hex digits"},

@@ -77,26 +77,48 @@ uint64_t hash64(const void* data, size_t len, uint64_t seed) {
   return h;
 }
 
-uint64_t machine_id_get(void) {
+void machine_name_get(char* buf, size_t len) {
   char boot[128] = "";
   FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f) {
     if (!fgets(boot, sizeof(boot), f)) boot[0] = '\0';
     fclose(f);
   }
+  boot[strcspn(boot, "\n")] = '\0';
   if (!boot[0]) gethostname(boot, sizeof(boot) - 1);
-  return hash64(boot, strlen(boot), 0);
+  snprintf(buf, len, "%s", boot);
+}
+
+void host_name_get(char* buf, size_t len) {
+  char machine[128];
+  machine_name_get(machine, sizeof(machine));
+  /* Two network namespaces of one machine are two hosts, as in a cluster. */
+  struct stat st;
+  if (stat("/proc/self/ns/net", &st) == 0)
+    snprintf(buf, len, "%s/netns:%llu:%llu", machine, (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+  else
+    snprintf(buf, len, "%s", machine);
+}
+
+uint64_t machine_id_of(const char* name) {
+  return hash64(name, strlen(name), 0);
+}
+
+uint64_t host_id_of(const char* name) {
+  return hash64(name, strlen(name), 0x686f7374);
+}
+
+uint64_t machine_id_get(void) {
+  char name[128];
+  machine_name_get(name, sizeof(name));
+  return machine_id_of(name);
 }
 
 uint64_t host_id_get(void) {
-  uint64_t h = machine_id_get();
-  /* Two network namespaces of one machine are two hosts, as in a cluster. */
-  struct stat st;
-  if (stat("/proc/self/ns/net", &st) == 0) {
-    uint64_t ns[2] = {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
-    h = hash64(ns, sizeof(ns), h);
-  }
-  return h;
+  char name[192];
+  host_name_get(name, sizeof(name));
+  return host_id_of(name);
 }
 
 static uint64_t token_value;

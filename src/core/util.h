@@ -50,10 +50,17 @@ loomResult_t random_bytes(void* buf, size_t len);
 /* FNV-1a 64-bit, for host ids and names; not for security. */
 uint64_t hash64(const void* data, size_t len, uint64_t seed);
 
-/* A host id that tells hosts apart for real: boot id plus network namespace. */
+/* The host as text: boot id plus network namespace ("<boot id>/netns:<dev>:
+ * <inode>"), which tells hosts apart for real; and its id, host_id_of that
+ * text (any host name gives its id so: LOOM_HOSTID, LOOM_TOPO_FILE). */
+void host_name_get(char* buf, size_t len);
+uint64_t host_id_of(const char* name);
 uint64_t host_id_get(void);
-/* The machine: its boot id alone. Hosts that are namespaces (or containers)
- * of one machine share it, and with it the machine's cores. */
+/* The machine as text: its boot id alone (the host name where there is
+ * none). Hosts that are namespaces (or containers) of one machine share it,
+ * and with it the machine's cores. Its id is machine_id_of that text. */
+void machine_name_get(char* buf, size_t len);
+uint64_t machine_id_of(const char* name);
 uint64_t machine_id_get(void);
 /* A random number chosen once per process, so ranks can tell they share one. */
 uint64_t process_token_get(void);

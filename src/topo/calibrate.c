@@ -14,6 +14,7 @@
 #include "core/params.h"
 #include "core/util.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "topo/topo.h"
 #include "topo/tune.h"
 
 #define CAL_BYTES (16u << 20)
@@ -121,7 +122,7 @@ void tune_calibrate(struct tune_consts* out) {
   char* a = malloc(CAL_BYTES);
   char* b = malloc(CAL_BYTES);
   char* c = malloc(CAL_BYTES);
-  out->ncpus = cpus_online();
+  out->ncpus = cpus_online(); /* the machine measured; a topology file overrides (consts_init) */
   out->step_us = step_us_measure();
   out->copy_gbps = 4.0;
   out->reduce_gbps = 4.0;
@@ -195,7 +196,7 @@ static void consts_save(const struct tune_consts* k) {
   rename(tmp, path); /* atomic: concurrent ranks never read half a file */
 }
 
-static void consts_init(void) {
+static void consts_find(void) {
   const char* file = params_get()->tuning_file;
   if (file && *file) {
     if (consts_load(file, &consts_now, 0) == 0) {
@@ -224,6 +225,14 @@ static void consts_init(void) {
     return;
   }
   consts_save(&consts_now);
+}
+
+static void consts_init(void) {
+  consts_find();
+  /* A topology file's cpus is this process's, whatever a tuning file or
+   * the cache (made under another affinity, perhaps) says. */
+  const struct topo_facts* topo = topo_get();
+  if (topo->given & TOPO_CPUS) consts_now.ncpus = topo->cpus;
 }
 
 const struct tune_consts* tune_consts_get(void) {

@@ -32,6 +32,39 @@ int tune_algo_parse(const char* name) {
   return -1;
 }
 
+static const char* const proto_names[TUNE_PROTO_COUNT] = {"simple"};
+
+const char* tune_proto_name(enum tune_proto p) {
+  return (unsigned)p < TUNE_PROTO_COUNT ? proto_names[p] : "unknown";
+}
+
+int tune_proto_parse(const char* name) {
+  for (int p = 0; p < TUNE_PROTO_COUNT; p++)
+    if (strcasecmp(name, proto_names[p]) == 0) return p;
+  return -1;
+}
+
+loomResult_t tune_proto_check(const char* name) {
+  if (!name || !*name || tune_proto_parse(name) >= 0) return loomSuccess;
+  char why[160], acc[160];
+  snprintf(why, sizeof(why), "'%s' is not a protocol of the host path", name);
+  size_t used = 0;
+  for (int p = 0; p < TUNE_PROTO_COUNT; p++)
+    used += (size_t)snprintf(acc + used, sizeof(acc) - used, "%s%s", p ? ", " : "", proto_names[p]);
+  snprintf(acc + used, sizeof(acc) - used, ", or empty for the tuner's choice");
+  return params_reject("LOOM_PROTO", why, acc);
+}
+
+int tune_proto_forced(void) {
+  const char* want = params_get()->proto;
+  return want && *want && tune_proto_parse(want) >= 0;
+}
+
+enum tune_proto tune_proto_pick(void) {
+  if (tune_proto_forced()) return (enum tune_proto)tune_proto_parse(params_get()->proto);
+  return TUNE_PROTO_SIMPLE; /* the model has nothing to weigh yet */
+}
+
 /* Checks the names of LOOM_ALGO ("family" or "coll:family;..."; its syntax
  * was checked by params.c). */
 loomResult_t tune_algo_check(const char* spec) {

@@ -112,4 +112,22 @@ int tune_algo_parse(const char* name);
  * is accepted (params_reject). */
 loomResult_t tune_algo_check(const char* spec);
 
+/* Protocols: how a slice crosses a connection. The host path has one,
+ * simple (whole slots handed over by a flag each); a low-latency protocol
+ * comes with a later issue, and with it a choice by size. */
+enum tune_proto { TUNE_PROTO_SIMPLE = 0, TUNE_PROTO_COUNT };
+const char* tune_proto_name(enum tune_proto p);
+/* Parses a protocol name (case aside); -1 if unknown. */
+int tune_proto_parse(const char* name);
+/* loomSuccess when LOOM_PROTO is empty or names a protocol of this build;
+ * otherwise loomInvalidArgument naming the value and the protocols
+ * (params_reject). */
+loomResult_t tune_proto_check(const char* name);
+/* The protocol of a communicator's calls: LOOM_PROTO's, or the model's
+ * (simple, the only one). Every rank picks the same (LOOM_PROTO is agreed
+ * at init). */
+enum tune_proto tune_proto_pick(void);
+/* 1 when the protocol in force was forced by LOOM_PROTO. */
+int tune_proto_forced(void);
+
 #endif

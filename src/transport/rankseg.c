@@ -2,12 +2,10 @@
 #include "transport/rankseg.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include "core/bootstrap.h"
 #include "core/checks.h"
@@ -102,40 +100,19 @@ static loomResult_t unnamed_try(struct loom_comm* comm, struct rank_segs* rs,
 static loomResult_t named_create(struct loom_comm* comm, struct rank_segs* rs) {
   char name[64];
   seg_name(comm, comm->rank, name, sizeof(name));
-  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0)
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", name,
-                       strerror(errno));
-  void* p = MAP_FAILED;
-  int e = ftruncate(fd, (off_t)rs->bytes) == 0 ? 0 : errno;
-  if (!e) {
-    p = mmap(NULL, rs->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) e = errno;
-  }
-  close(fd);
-  if (e) {
-    shm_unlink(name);
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "cannot make the segment %s: %s", name,
-                       strerror(e));
-  }
+  void* p = NULL;
+  LOOM_CHECK(shmfile_named_create(comm, name, rs->bytes, "the rank segment", &p));
   rs->self = p;
   seg_fill(comm, p);
   return loomSuccess;
 }
 
 static loomResult_t named_open(struct loom_comm* comm, struct rank_segs* rs, int peer) {
-  char name[64];
+  char name[64], what[48];
   seg_name(comm, peer, name, sizeof(name));
-  int fd = shm_open(name, O_RDWR, 0600);
-  if (fd < 0)
-    return err_set_sub(comm, SUB_SHM, loomSystemError,
-                       "cannot open the shared segment %s of peer %d: %s", name, peer,
-                       strerror(errno));
-  void* p = mmap(NULL, rs->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED)
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "mmap of %s failed: %s", name,
-                       strerror(errno));
+  snprintf(what, sizeof(what), "peer %d's rank segment", peer);
+  void* p = NULL;
+  LOOM_CHECK(shmfile_named_open(comm, name, rs->bytes, what, &p));
   if (!seg_is(comm, p, peer)) {
     munmap(p, rs->bytes);
     return err_set_sub(comm, SUB_SHM, loomInternalError, "segment %s of peer %d is not initialised",

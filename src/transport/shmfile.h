@@ -9,8 +9,11 @@
  * to processes of the same user that may inspect each other, as it allows
  * cross-memory attach). Where that is not possible (pid namespaces, other
  * users), the transport layer falls back to named POSIX segments
- * (tp_shm_named). One escape: shmfile_name gives an object a name, for data
- * a peer must still collect after its creator has gone. */
+ * (tp_shm_named), made and opened here too (shmfile_named_*), so that every
+ * object of the transport layer is made (create, size, map) and opened
+ * (open, check the size, map) one way. One escape: shmfile_name gives an
+ * object a name, for data a peer must still collect after its creator has
+ * gone. */
 #ifndef LOOM_TRANSPORT_SHMFILE_H
 #define LOOM_TRANSPORT_SHMFILE_H
 
@@ -39,6 +42,25 @@ loomResult_t shmfile_create(struct loom_comm* comm, size_t bytes, const char* wh
  * EINVAL when it is not such an object. Never blocks. */
 int shmfile_open_peer(int pid, int fd, size_t min_bytes, size_t max_bytes, void** map_out,
                       size_t* bytes_out);
+/* Named mode. name starts with '/', as for shm_open; what names the object
+ * for messages ("the FIFO", "peer 3's rank segment"). */
+/* Creates name (it must not exist), sized to bytes (zeroed) and mapped
+ * read-write; its descriptor is closed. On failure nothing is left, and
+ * loomSystemError with one WARN naming what, the object, the step and the
+ * reason. */
+loomResult_t shmfile_named_create(struct loom_comm* comm, const char* name, size_t bytes,
+                                  const char* what, void** map_out);
+/* Opens name and maps it read-write whole, if it has min_bytes to max_bytes
+ * bytes. Returns 0 or an errno value: ENOENT when it does not exist or is
+ * smaller (its creator has not sized it yet), EINVAL when it is larger.
+ * Logs nothing: whether a missing object is an error is the caller's call.
+ * Never blocks. */
+int shmfile_named_map(const char* name, size_t min_bytes, size_t max_bytes, void** map_out,
+                      size_t* bytes_out);
+/* shmfile_named_map of exactly bytes, which must be there: loomSystemError
+ * and one WARN naming what, the object and the reason otherwise. */
+loomResult_t shmfile_named_open(struct loom_comm* comm, const char* name, size_t bytes,
+                                const char* what, void** map_out);
 /* Gives the object behind fd the name /dev/shm/<name + 1> (name starts
  * with '/', as for shm_open): it then outlives this process until someone
  * unlinks it. Returns 0 or an errno value. */

@@ -205,7 +205,7 @@ loomResult_t tp_comm_init(struct loom_comm* comm) {
     machine_ranks += comm->peers[p].machine_id == comm->peers[comm->rank].machine_id;
   int threads = LOOM_MAX(machine_ranks, tp->segs.same_host) * (1 + tp->helper_threads);
   long long spin = params_get()->spin_count;
-  if (spin < 0) spin = threads > cpus_online() ? 0 : 2000;
+  if (spin < 0) spin = threads > LOOM_MAX(comm->peers[comm->rank].cpus, 1) ? 0 : 2000;
   tp->spin = (int)spin;
   return loomSuccess;
 }

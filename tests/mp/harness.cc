@@ -300,6 +300,15 @@ void meet(const Ctx& c, int expected) {
                                        << k << " (\"peer " << k << "\" or \"rank " << k << "\")";
 }
 
+::testing::AssertionResult noticed_at_once(const std::string& text) {
+  for (const char* slow : {"timed out", "has sent nothing"})
+    if (text.find(slow) != std::string::npos)
+      return ::testing::AssertionFailure()
+             << "the error text \"" << text << "\" says \"" << slow
+             << "\": a deadline or the heartbeats noticed the failure, not the failure itself";
+  return ::testing::AssertionSuccess();
+}
+
 std::string own_log() {
   const char* f = getenv("LOOM_DEBUG_FILE");
   std::string path = f ? f : "";

@@ -81,6 +81,18 @@ int free_port(int family = 2 /* AF_INET */);
 // Once per run: a second call could find the file of the first recreated.
 void meet(const Ctx& c, int expected);
 
+// A communicator timeout no test waits out: far above every harness timeout
+// (and with it the heartbeats' window, half the timeout up to 30 s, stays
+// below). A failure test that sets it passes only if the failure itself
+// ended the waits; a wait it should have ended is a hang, which the harness
+// reports. Tests time nothing: the harness's timeout is the one bound.
+constexpr int kNeverMs = 3600 * 1000;
+
+// The text gives the failure's cause as seen at once (a peer died, left,
+// aborted, sent the wrong thing), not a wait that ran out: no "timed out",
+// and no heartbeat's "has sent nothing" (the slow way to notice a death).
+::testing::AssertionResult noticed_at_once(const std::string& text);
+
 // The text names rank k as "peer k" or "rank k" (not "rank 12" for k = 1).
 // No std::regex: thread ranks call it at once, and libstdc++'s locale
 // caching races.

@@ -10,7 +10,7 @@
 //
 // Every case runs on several ranks (process and thread ranks): one rank makes
 // the bad call while its peers already wait in an all-reduce with it; the bad
-// rank checks the code, the time, the text and every byte of its buffers,
+// rank checks the code, the text and every byte of its buffers,
 // then makes the correct calls, and every rank checks that an all-reduce, a
 // PreMulSum all-reduce and a send/receive ring all complete with the right
 // results (nothing lost, nothing hung, nothing left queued).
@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -35,15 +34,13 @@ namespace {
 
 using harness::Ctx;
 using harness::Mode;
-using Clock = std::chrono::steady_clock;
 
 constexpr size_t kCount = 1000;
-// A bad call checks its arguments and returns: a hang guard, not a timing.
-constexpr double kImmediateS = 1.0;
-// Peers wait in the all-reduce while the bad rank calls; a lost or misrouted
-// call would leave them waiting, so keep the communicator's own timeout
-// shorter than the harness's but long enough never to fire in a good run.
-constexpr int kCommTimeoutMs = 10000;
+// A bad call checks its arguments and returns at once. Nothing is timed:
+// the communicator's timeout is far above the harness's, so a bad call that
+// waits for anything (peers, a deadline) hangs the run, and so does a lost
+// or misrouted call that leaves the peers waiting in their all-reduce.
+constexpr int kCommTimeoutMs = harness::kNeverMs;
 
 // ---- Texts --------------------------------------------------------------------
 
@@ -1027,11 +1024,8 @@ void bad_call(const Ctx& c, loomComm_t comm_for_text, loomResult_t want, const W
               Bufs& b, F&& call) {
   usleep(10000);  // let the peers get into their all-reduce first
   Bufs before = b;
-  auto t0 = Clock::now();
   loomResult_t r = call();
-  double s = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(r, want) << "got " << loomGetErrorString(r) << ": " << loomGetLastError(nullptr);
-  EXPECT_LT(s, kImmediateS) << "the bad call took " << s << " s: it must return at once";
   EXPECT_TRUE(names_all(loomGetLastError(nullptr), words, c.nranks)) << "loomGetLastError(NULL)";
   if (comm_for_text) {
     EXPECT_TRUE(names_all(loomGetLastError(comm_for_text), words, c.nranks))

@@ -242,6 +242,49 @@ TEST_P(CommInit, NonBlocking) {
       o);
 }
 
+// A call on a non-blocking communicator whose init is still running waits
+// for the init to end (on the communicator's condition, no polling), then
+// runs: the all-reduce right after init is right on every rank. Rank 0
+// calls only after the others have started theirs (the out-of-band
+// barrier), so their inits cannot have ended first: they need rank 0.
+TEST_P(CommInit, NonBlockingThenCallAtOnce) {
+  auto [n, mode] = GetParam();
+  if (n < 2) GTEST_SKIP() << "one rank's init needs no peer: nothing to wait for";
+  Opts o = quick_opts();
+  o.init = Init::None;
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        loomUniqueId id;
+        harness::share_id(c, &id);
+        if (::testing::Test::HasFatalFailure()) return;
+        loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        cfg.timeoutMs = harness::kNeverMs;
+        loomComm_t comm = nullptr;
+        if (c.rank == 0) {
+          ASSERT_TRUE(oob_barrier(c, "nbcall"));
+        }
+        loomResult_t r = loomCommInitRankConfig(&comm, c.nranks, id, c.rank, &cfg);
+        ASSERT_TRUE(r == loomInProgress || r == loomSuccess) << loomGetLastError(NULL);
+        shim::CommGuard g(comm);
+        std::vector<int32_t> v(1000, c.rank + 1);
+        if (c.rank != 0) {
+          loomResult_t early = loomCommGetAsyncError(comm, &r);
+          ASSERT_LOOM_OK(early);
+          EXPECT_EQ(r, loomInProgress) << "rank " << c.rank << "'s init ended without rank 0";
+          std::thread late([&c] { EXPECT_TRUE(oob_barrier(c, "nbcall")); });
+          r = loomAllReduce(v.data(), v.data(), v.size(), loomInt32, loomSum, comm, nullptr);
+          late.join();
+        } else {
+          r = loomAllReduce(v.data(), v.data(), v.size(), loomInt32, loomSum, comm, nullptr);
+        }
+        ASSERT_LOOM_OK(settle(comm, r));
+        EXPECT_EQ(v[999], c.nranks * (c.nranks + 1) / 2);
+      },
+      o);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, CommInit,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),

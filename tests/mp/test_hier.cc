@@ -11,7 +11,8 @@
 // takes the plan by itself across hosts (fixed tuning constants, so the
 // choice does not depend on this machine's load), and an uneven layout,
 // which the plan cannot serve, falls back to a flat plan with correct
-// results.
+// results. HierTopoFile.*: the same hosts declared by topology files
+// (LOOM_TOPO_FILE, docs/topology.md) instead of LOOM_HOSTID.
 #include <unistd.h>
 
 #include <cstdio>
@@ -186,6 +187,59 @@ TEST(HierTuner, UnevenHostsFallBackToAFlatPlan) {
                   std::string::npos)
             << log;
       });
+}
+
+// Two "hosts" of this machine declared by topology files (one file per
+// rank, written by the rank itself before the library reads its settings):
+// every collective and a group of them give right answers; each rank reads
+// its host from the file (INFO log), connects to its host's rank over shm
+// and to the other host's over sockets, rank 0 sees 4 ranks on 2 hosts, and
+// the hierarchical all-reduce, which needs those two levels, is served.
+TEST(HierTopoFile, TwoHostsOfOneMachineTalkOverSockets) {
+  const std::string prefix = "/tmp/loomtest-topofile-" + harness::unique_tag() + "-";
+  harness::Opts o;
+  o.init = harness::Init::None;
+  o.timeout_s = 280;
+  o.env = log_env(prefix);
+  o.env.push_back({"LOOM_ALGO", "allreduce:hier"});
+  harness::run(
+      4, Mode::Proc,
+      [&](Ctx& c) {
+        const std::string host = "topo-host-" + std::to_string(c.rank / 2);
+        const std::string file = harness::own_log() + ".topo";
+        {
+          std::ofstream f(file);
+          f << "# rank " << c.rank << "\nhost " << host << "   # two ranks a host\n";
+        }
+        setenv("LOOM_TOPO_FILE", file.c_str(), 1);  // before the library reads its settings
+        loomUniqueId id;
+        harness::share_id(c, &id);
+        if (::testing::Test::HasFatalFailure()) return;
+        loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+        cfg.timeoutMs = 60000;
+        ASSERT_LOOM_OK(loomCommInitRankConfig(&c.comm, c.nranks, id, c.rank, &cfg));
+        unlink(file.c_str());
+        Runner r(c, "hosts from topology files");
+        for (int ci = 0; ci < colltest::kNumColls && r.ok(); ci++)
+          for (size_t count : {(size_t)1, (size_t)1000, (size_t)70001})
+            r.run(make((Coll)ci, loomFloat32, loomSum, count, c.nranks - 1, Place::Out));
+        colltest::group_body(c, "hosts from topology files");
+        std::string log = harness::read_file(harness::own_log());
+        unlink(harness::own_log().c_str());
+        EXPECT_NE(log.find("host " + host + " (given)"), std::string::npos) << log;
+        EXPECT_EQ(log.find("cannot serve"), std::string::npos) << "hier fell back:\n" << log;
+        if (c.rank == 0) {
+          EXPECT_NE(log.find("4 ranks on 2 hosts"), std::string::npos) << log;
+        }
+        int sockets = 0;
+        for (const auto& p : peers_in_log(log)) {
+          bool same = p.first / 2 == c.rank / 2;
+          EXPECT_EQ(p.second, same ? "shm" : "socket") << "peer " << p.first;
+          sockets += p.second == "socket";
+        }
+        EXPECT_GT(sockets, 0) << "no peer of the other host over sockets:\n" << log;
+      },
+      o);
 }
 
 }  // namespace

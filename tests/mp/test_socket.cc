@@ -54,7 +54,6 @@ using Clock = std::chrono::steady_clock;
 using Env = std::vector<std::pair<std::string, std::string>>;
 
 constexpr int kCommTimeoutMs = 60000;
-constexpr double kDetectS = 5.0;  // the bound for noticing a dead peer
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -571,12 +570,14 @@ void PrintTo(const Death& d, std::ostream* os) {
 class FaultSocketKill : public ::testing::TestWithParam<Death> {};
 
 // Halfway through a large all-reduce a rank dies (SIGKILL): the others get
-// loomRemoteError naming it within 5 s, through the bootstrap or their
-// sockets, whichever sees it first.
+// loomRemoteError naming it, through the bootstrap or their sockets,
+// whichever sees it first. Timed by nothing: with kNeverMs only noticing the
+// death can end their wait before the harness gives up on the run.
 TEST_P(FaultSocketKill, SurvivorsGetRemoteErrorNamingIt) {
   const Death d = GetParam();
   harness::Opts o;
   o.timeout_s = 90;
+  o.comm_timeout_ms = harness::kNeverMs;
   o.expect_killed = {d.dead};
   Env env = socket_env(d.nstreams);
   env.push_back({"LOOM_FAULT", "allreduce:" + std::to_string(d.dead)});
@@ -584,15 +585,12 @@ TEST_P(FaultSocketKill, SurvivorsGetRemoteErrorNamingIt) {
       d.nranks, Mode::Proc, env,
       [d](Ctx& c) {
         std::vector<float> v(8u << 20, (float)(c.rank + 1));
-        auto t0 = Clock::now();
         loomResult_t r =
             loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, c.comm, nullptr);
-        double s = since(t0);
         ASSERT_NE(c.rank, d.dead) << "survived LOOM_FAULT";
-        EXPECT_TRUE(r == loomRemoteError || r == loomTimeout)
-            << loomGetErrorString(r) << ": " << loomGetLastError(nullptr);
+        EXPECT_EQ(r, loomRemoteError) << loomGetErrorString(r) << ": " << loomGetLastError(nullptr);
         EXPECT_TRUE(names_rank(loomGetLastError(c.comm), d.dead));
-        EXPECT_LT(s, kDetectS) << "rank " << c.rank << " took " << s << " s to notice";
+        EXPECT_TRUE(harness::noticed_at_once(loomGetLastError(c.comm)));
         std::vector<float> w(16, 1.0f);  // the communicator stays broken
         EXPECT_NE(
             loomAllReduce(w.data(), w.data(), w.size(), loomFloat32, loomSum, c.comm, nullptr),
@@ -624,28 +622,33 @@ const ModeCase kModes[] = {{Mode::Proc}, {Mode::Thread}};
 
 class FaultSocketAbort : public ::testing::TestWithParam<ModeCase> {};
 
-// Rank 1 aborts while the others are blocked in an all-reduce with it.
+// Rank 1 aborts while the others are blocked in an all-reduce with it. With
+// kNeverMs, an abort that blocked on them, or a wait the abort did not end,
+// would hang the run.
 TEST_P(FaultSocketAbort, PeersGetRemoteErrorNamingIt) {
   std::atomic<int> met{0};
-  run_ranks(3, GetParam().mode, socket_env(2), [&met](Ctx& c) {
-    if (c.rank == 1) {
-      usleep(300 * 1000);
-      auto t0 = Clock::now();
-      EXPECT_LOOM_OK(loomCommAbort(c.comm));
-      EXPECT_LT(since(t0), 1.0) << "loomCommAbort blocked";
-      c.comm = nullptr;
-      meet(c, c.nranks, &met);
-      return;
-    }
-    std::vector<float> v(1 << 20, 1.0f);
-    auto t0 = Clock::now();
-    loomResult_t r =
-        loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, c.comm, nullptr);
-    EXPECT_EQ(r, loomRemoteError) << loomGetErrorString(r) << ": " << loomGetLastError(nullptr);
-    EXPECT_TRUE(names_rank(loomGetLastError(c.comm), 1));
-    EXPECT_LT(since(t0), kDetectS);
-    meet(c, c.nranks, &met);
-  });
+  harness::Opts o;
+  o.timeout_s = 90;
+  o.comm_timeout_ms = harness::kNeverMs;
+  run_ranks(
+      3, GetParam().mode, socket_env(2),
+      [&met](Ctx& c) {
+        if (c.rank == 1) {
+          usleep(300 * 1000);
+          EXPECT_LOOM_OK(loomCommAbort(c.comm));
+          c.comm = nullptr;
+          meet(c, c.nranks, &met);
+          return;
+        }
+        std::vector<float> v(1 << 20, 1.0f);
+        loomResult_t r =
+            loomAllReduce(v.data(), v.data(), v.size(), loomFloat32, loomSum, c.comm, nullptr);
+        EXPECT_EQ(r, loomRemoteError) << loomGetErrorString(r) << ": " << loomGetLastError(nullptr);
+        EXPECT_TRUE(names_rank(loomGetLastError(c.comm), 1));
+        EXPECT_TRUE(harness::noticed_at_once(loomGetLastError(c.comm)));
+        meet(c, c.nranks, &met);
+      },
+      o);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, FaultSocketAbort, ::testing::ValuesIn(kModes), mode_case_name);
@@ -653,7 +656,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, FaultSocketAbort, ::testing::ValuesIn(kModes), m
 class FaultSocketTimeout : public ::testing::TestWithParam<ModeCase> {};
 
 // Rank 1 never calls: the others time out (loomTimeout, not an error from
-// each other's sockets), and keep their communicators until all have.
+// each other's sockets), not before the deadline (a lower bound, which a slow
+// machine cannot break), and keep their communicators until all have.
 TEST_P(FaultSocketTimeout, ARankThatNeverCalls) {
   std::atomic<int> met{0};
   harness::Opts o;
@@ -677,7 +681,8 @@ TEST_P(FaultSocketTimeout, ARankThatNeverCalls) {
 INSTANTIATE_TEST_SUITE_P(Modes, FaultSocketTimeout, ::testing::ValuesIn(kModes), mode_case_name);
 
 // A receive that expects other than what was sent fails at once, naming the
-// sender, instead of corrupting data or waiting out its timeout.
+// sender and what it sent, instead of corrupting data or waiting out its
+// timeout (which would end in loomTimeout, without the sizes).
 struct MismatchCase {
   Mode mode;
   bool more;
@@ -704,14 +709,12 @@ TEST_P(SocketMismatch, ReceiverFailsNamingThePeer) {
           loomResult_t r = loomSend(buf.data(), sent, loomInt32, 0, c.comm, nullptr);
           EXPECT_NE(r, loomInProgress);
         } else {
-          auto t0 = Clock::now();
           loomResult_t r = loomRecv(buf.data(), expect, loomInt32, 1, c.comm, nullptr);
           EXPECT_EQ(r, loomRemoteError)
               << loomGetErrorString(r) << ": " << loomGetLastError(nullptr);
           std::string why = loomGetLastError(c.comm);
           EXPECT_TRUE(names_rank(why, 1));
           EXPECT_NE(why.find(std::to_string(sent * 4) + " bytes"), std::string::npos) << why;
-          EXPECT_LT(since(t0), 4.0) << "the mismatch was not seen at once";
         }
         meet(c, c.nranks, &met);
       },

@@ -26,12 +26,15 @@ fault_wait_ready() { # tag
 # fault_run TAG STRIKE VICTIMS EXEMPT: starts every rank in the fault loop,
 # lets the all-reduces run, records the time and calls STRIKE (a command).
 # Then every rank not in EXEMPT (the killed one) must fail with
-# loomRemoteError (6) or loomTimeout (8) within FAULT_TIMEOUT_MS +
-# FAULT_SLACK_MS of the strike; a rank not in VICTIMS (space-separated ranks
-# the fault took away) must also name one of them in loomGetLastError.
+# loomRemoteError (6); a rank not in VICTIMS (space-separated ranks the fault
+# took away) must also name one of them in loomGetLastError. Nothing is
+# timed: LOOM_TIMEOUT_MS (FAULT_TIMEOUT_MS) is far above the ranks' own
+# limit, so only noticing the fault can end their waits, and FAULT_SLOW_OK
+# says whether the heartbeats' notice ("has sent nothing") is the case's
+# subject (a link down) or a failure to notice at once (a rank killed).
 fault_run() {
   local tag=$1 strike=$2 victims=$3 exempt=$4 r
-  NET_ENV=()
+  NET_ENV=(LOOM_HEARTBEAT_MS="$FAULT_HEARTBEAT_MS")
   NET_LIMIT=90
   next_root
   NET_SECRET=$(new_secret)
@@ -66,8 +69,7 @@ fault_run() {
 }
 
 fault_judge() { # tag victims exempt fail_ms end_ms
-  local tag=$1 victims=$2 exempt=$3 fail_ms=$4 end_ms=$5 r line rc after err why="" bound unnamed=""
-  bound=$((FAULT_TIMEOUT_MS + FAULT_SLACK_MS))
+  local tag=$1 victims=$2 exempt=$3 fail_ms=$4 end_ms=$5 r line rc after err why=""
   local named
   named="(peer|rank) (${victims// /|})([^0-9]|\$)"
   for ((r = 0; r < NET_NRANKS; r++)); do
@@ -81,9 +83,10 @@ fault_judge() { # tag victims exempt fail_ms end_ms
     after=$(sed -n 's/.* after_ms=\(-\{0,1\}[0-9]*\).*/\1/p' <<<"$line")
     err=${line#* error: }
     say "  rank $r: rc=$rc after ${after} ms: $err"
-    [ "$rc" = 6 ] || [ "$rc" = 8 ] || why+="rank $r returned $rc, not loomRemoteError or loomTimeout; "
-    if [ -z "$after" ] || [ "$after" -lt 0 ] || [ "$after" -gt $bound ]; then
-      why+="rank $r took ${after:-?} ms (bound $bound); "
+    [ "$rc" = 6 ] || why+="rank $r returned $rc, not loomRemoteError; "
+    [[ "$err" != *"timed out"* ]] || why+="rank $r's error is a deadline's; "
+    if [ "$FAULT_SLOW_OK" = 0 ] && [[ "$err" == *"has sent nothing"* ]]; then
+      why+="rank $r learnt of the fault from the heartbeats, not at once; "
     fi
     if [[ " $victims " != *" $r "* ]] && ! grep -qE "$named" <<<"$err"; then
       why+="rank $r's error does not name peer $victims; "
@@ -92,7 +95,7 @@ fault_judge() { # tag victims exempt fail_ms end_ms
   local left
   left=$(net_leftovers) || why+="left behind: $left; "
   if [ -z "$why" ]; then
-    pass "$tag" "every rank failed within $((end_ms - fail_ms)) ms of the fault (bound $bound ms)"
+    pass "$tag" "every rank failed naming the fault ($((end_ms - fail_ms)) ms after it)"
   else
     fail "$tag" "$why"
     ranks_dump "$tag"
@@ -114,12 +117,12 @@ strike_linkdown() { # takes FAULT_HOST's eth0 down
 case_kill() {
   topo 2 2 4
   # Rank 2 on host 1: rank 3 sees it on its own host, ranks 0 and 1 across.
-  FAULT_TAG=kill-2x2-rank2 FAULT_VICTIM=2
+  FAULT_TAG=kill-2x2-rank2 FAULT_VICTIM=2 FAULT_SLOW_OK=0
   fault_run "$FAULT_TAG" strike_kill 2 2
   net_cleanup_hosts
   # Rank 0, the bootstrap's hub, alone on its host.
   topo 4 1 4
-  FAULT_TAG=kill-4x1-rank0 FAULT_VICTIM=0
+  FAULT_TAG=kill-4x1-rank0 FAULT_VICTIM=0 FAULT_SLOW_OK=0
   fault_run "$FAULT_TAG" strike_kill 0 0
 }
 
@@ -128,7 +131,7 @@ case_linkdown() {
   # Host 3 (rank 3) drops off the network; it must fail too (it is cut off
   # from everyone), but need not name anyone in particular. The others learn
   # who went silent from the bootstrap's heartbeats and must name peer 3.
-  FAULT_HOST=3
+  FAULT_HOST=3 FAULT_SLOW_OK=1
   fault_run linkdown-4x1-host3 strike_linkdown 3 ""
 }
 

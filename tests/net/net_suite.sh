@@ -17,7 +17,7 @@
 #   tbf                the matrix over a link held to 1 Gbit/s (tc tbf)
 #   linkdown kill      a host's link taken down / a rank SIGKILLed mid
 #                      all-reduce: every other rank fails with loomRemoteError
-#                      or loomTimeout within LOOM_TIMEOUT_MS + 5 s, naming the peer
+#                      naming the peer (LOOM_TIMEOUT_MS is never reached)
 #   stranger_transport strangers at the socket transport's listening ports
 #                      while the communicator lives; it keeps working
 #   sweep              only removes what crashed runs left (net_selftest.sh)
@@ -37,8 +37,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=net_lib.sh
 source "$HERE/net_lib.sh"
 
-FAULT_TIMEOUT_MS=10000 # LOOM_TIMEOUT_MS of the fault cases
-FAULT_SLACK_MS=5000    # the bound: the timeout plus this, from the failure
+FAULT_TIMEOUT_MS=3600000 # LOOM_TIMEOUT_MS of the fault cases: never reached
+FAULT_HEARTBEAT_MS=5000  # LOOM_HEARTBEAT_MS of the fault cases
 
 passed=0
 failed=0

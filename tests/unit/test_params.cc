@@ -106,8 +106,10 @@ TEST(ParamsParse, StringsHaveTheirSyntax) {
   for (const char* ok : {"", "init:2", "allreduce:0"}) EXPECT_TRUE(Accepts("LOOM_FAULT", ok));
   for (const char* bad : {"init", ":2", "init:x", "init:-1"})
     EXPECT_FALSE(Accepts("LOOM_FAULT", bad));
-  for (const char* ok : {"", "simple"}) EXPECT_TRUE(Accepts("LOOM_PROTO", ok));
-  EXPECT_FALSE(Accepts("LOOM_PROTO", "ll128"));
+  // One name: which names are protocols is the tuner's (Tune.ProtoCheck).
+  for (const char* ok : {"", "simple", "ll128"}) EXPECT_TRUE(Accepts("LOOM_PROTO", ok));
+  for (const char* bad : {"simple,ll", "simple ll", "ll;simple"})
+    EXPECT_FALSE(Accepts("LOOM_PROTO", bad)) << bad;
   for (const char* ok : {"auto", "avx2", "scalar"}) EXPECT_TRUE(Accepts("LOOM_CPU_KERNEL", ok));
   EXPECT_FALSE(Accepts("LOOM_CPU_KERNEL", "sse"));
   for (const char* ok : {"", "eth", "^lo,docker", "=eth0"})

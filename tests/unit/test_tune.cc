@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 extern "C" {
 #include "topo/tune.h"
@@ -161,6 +162,25 @@ TEST(Tune, CalibrationGivesUsableConstants) {
   EXPECT_GT(k.copy_gbps, 0);
   EXPECT_GT(k.reduce_gbps, 0);
   EXPECT_GE(k.ncpus, 1);
+}
+
+// LOOM_PROTO: the host path's one protocol by any case, or nothing; any
+// other name is refused in one line naming the value and the protocols.
+TEST(Tune, ProtoCheck) {
+  for (const char* ok : {"", "simple", "SIMPLE"})
+    EXPECT_EQ(tune_proto_check(ok), loomSuccess) << ok;
+  EXPECT_EQ(tune_proto_parse("Simple"), TUNE_PROTO_SIMPLE);
+  EXPECT_STREQ(tune_proto_name(TUNE_PROTO_SIMPLE), "simple");
+  for (const char* bad : {"ll128", "ll", "simpler"}) {
+    setenv("LOOM_PROTO", bad, 1);  // what the error text quotes
+    EXPECT_EQ(tune_proto_check(bad), loomInvalidArgument) << bad;
+    std::string err = loomGetLastError(NULL);
+    EXPECT_NE(err.find(std::string("LOOM_PROTO=") + bad + ": '" + bad + "' is not a protocol"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("accepted: simple"), std::string::npos) << err;
+  }
+  unsetenv("LOOM_PROTO");
 }
 
 }  // namespace

@@ -65,30 +65,6 @@ static loomResult_t shm_can_connect(const struct peer_info* self, const struct p
   return loomSuccess;
 }
 
-/* Named mode: a new segment of total bytes, mapped. */
-static loomResult_t named_create(struct shm_conn* c, size_t total, void** map_out) {
-  struct loom_comm* comm = c->base.comm;
-  int fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0)
-    return err_set_sub(comm, SUB_SHM, loomSystemError, "shm_open(%s) failed: %s", c->name,
-                       strerror(errno));
-  int e = ftruncate(fd, (off_t)total) == 0 ? 0 : errno;
-  void* p = MAP_FAILED;
-  if (!e) {
-    p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) e = errno;
-  }
-  close(fd);
-  if (e) {
-    shm_unlink(c->name);
-    return err_set_sub(comm, SUB_SHM, loomSystemError,
-                       "cannot make the FIFO %s of %zu bytes: %s (is /dev/shm full?)", c->name,
-                       total, strerror(e));
-  }
-  *map_out = p;
-  return loomSuccess;
-}
-
 static _Atomic int32_t* my_slot(struct shm_conn* c) {
   return rankseg_fifo_slot(tp_rank_seg(c->base.comm, c->base.comm->rank), c->base.peer,
                            c->base.lane);
@@ -111,7 +87,7 @@ static loomResult_t shm_create(struct shm_conn* c) {
   size_t total = fifo_ctrl_bytes() + (size_t)nslots * slot_bytes;
   void* p = NULL;
   if (c->named) {
-    LOOM_CHECK(named_create(c, total, &p));
+    LOOM_CHECK(shmfile_named_create(comm, c->name, total, "a shared-memory FIFO", &p));
   } else {
     struct shm_file f;
     LOOM_CHECK(shmfile_create(comm, total, "a shared-memory FIFO", &f));
@@ -164,23 +140,9 @@ static loomResult_t shm_connect(struct loom_comm* comm, int peer, int is_send, i
   return loomSuccess;
 }
 
-/* Maps the segment by name, if it exists. 0 or an errno value. */
+/* Maps the FIFO by name, once it exists and is sized. 0 or an errno value. */
 static int named_map(const char* name, void** map_out, size_t* bytes_out) {
-  int fd = shm_open(name, O_RDWR, 0600);
-  if (fd < 0) return errno;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || (size_t)st.st_size < fifo_ctrl_bytes() ||
-      (size_t)st.st_size > FIFO_MAX_BYTES) {
-    close(fd);
-    return ENOENT; /* created, not sized yet */
-  }
-  void* p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = p == MAP_FAILED ? errno : 0;
-  close(fd);
-  if (e) return e;
-  *map_out = p;
-  *bytes_out = (size_t)st.st_size;
-  return 0;
+  return shmfile_named_map(name, fifo_ctrl_bytes(), FIFO_MAX_BYTES, map_out, bytes_out);
 }
 
 /* Unnamed mode: the FIFO through the sender's descriptor, or through the
