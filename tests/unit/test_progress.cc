@@ -348,18 +348,21 @@ TEST_F(ProgressEngine, AnEngineFailureReachesTheCallback) {
   fds_.push_back(sv[1]);
   Watch& w = NewWatch();
   std::atomic<std::thread::id> on_thread{};
+  std::atomic<int> parked{0};
   w.on = [&](Watch* self, unsigned, int err) {
     if (err != 0) {
       on_thread = std::this_thread::get_id();
       progress_fd_del(self->handle);
     } else {
-      progress_fd_park(self->handle, PROGRESS_EDGE | PROGRESS_RDHUP);
+      parked = progress_fd_park(self->handle, PROGRESS_EDGE | PROGRESS_RDHUP);
     }
   };
   ASSERT_EQ(progress_fd_add(pc, sv[0], PROGRESS_IN, OnFd, &w, &w.handle), 0);
   progress_exec_polls(p_);
   ASSERT_EQ(write(sv[1], "x", 1), 1);
   ASSERT_TRUE(WaitFor([&] { return w.calls >= 1; }));
+  TwoRounds(c);  // the callback is done with the descriptor
+  ASSERT_EQ(parked, 1);
   close(sv[0]);  // leaves the epoll set: re-arming it fails
   progress_idle(p_);
   EXPECT_TRUE(WaitFor([&] { return w.err != 0; }));
