@@ -333,6 +333,7 @@ loomResult_t boot_init(struct loom_comm* comm, const struct boot_id* id,
   comm->boot = b;
   LOOM_CHECK_GOTO(boot_watcher_start(b), res, fail);
   if (comm->rank != 0) LOOM_CHECK_GOTO(boot_tree_pass(b, table, peers, &dl), res, fail);
+  LOOM_CHECK_GOTO(boot_tree_done(b, &dl), res, fail);
   free(table);
   return loomSuccess;
 fail:

@@ -182,6 +182,11 @@ loomResult_t boot_tree_root(struct bootstrap* b, const uint8_t* table, uint64_t 
 loomResult_t boot_tree_pass(struct bootstrap* b, const uint8_t* table, struct peer_info* peers,
                             const struct deadline* dl);
 
+/* Every rank has the table once rank 0 has heard so from each: each rank
+ * tells rank 0, rank 0 answers all (BOOT_TAG_INIT). Only then may a rank
+ * leave init. */
+loomResult_t boot_tree_done(struct bootstrap* b, const struct deadline* dl);
+
 /* boot_link.c */
 /* The arrays of links (none on rank 0, nor with two ranks): 0 or -1 (out
  * of memory). */

@@ -13,7 +13,14 @@
  * A rank waits for the table from its parent with its watcher running, so
  * every failure keeps its star path: a rank that dies on the way is seen by
  * rank 0, which tells everyone, and a rank waiting for the table from a
- * dead parent fails at once naming it. */
+ * dead parent fails at once naming it.
+ *
+ * Init ends with a handshake over the star (boot_tree_done): every rank
+ * tells rank 0 it has the table, and rank 0 tells every rank once all have
+ * it. Without it rank 0 would leave init while the table still travels,
+ * and a rank that fails at once (settings that differ, which every rank
+ * judges from the table) would cut the table off from ranks still waiting
+ * for it, which would then fail for the wrong reason. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,4 +116,50 @@ loomResult_t boot_tree_pass(struct bootstrap* b, const uint8_t* table, struct pe
   }
   free(m);
   return res;
+}
+
+/* Rank 0: every rank has said it has the table; now everyone hears so, all
+ * before any failure notice (notify_lock), as the table itself once was. */
+static loomResult_t done_root(struct bootstrap* b, const struct deadline* dl) {
+  struct loom_comm* comm = b->comm;
+  int n = comm->nranks;
+  if (n < 2) return loomSuccess;
+  for (int r = 1; r < n; r++) {
+    struct boot_mail* m;
+    LOOM_CHECK(
+        boot_mail_wait(b, BOOT_DATA, BOOT_TAG_INIT, r, "word that it has the peer table", dl, &m));
+    free(m);
+  }
+  int* errs = calloc((size_t)n, sizeof(int));
+  if (errs == NULL)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError, "bootstrap: out of memory");
+  pthread_mutex_lock(&b->notify_lock);
+  for (int r = 1; r < n; r++)
+    errs[r] =
+        boot_link_send(&b->links[r], 0, BOOT_DATA, BOOT_TAG_INIT, NULL, 0, dl, &comm->aborted);
+  pthread_mutex_unlock(&b->notify_lock);
+  for (int r = 1; r < n; r++) {
+    if (errs[r] == 0) continue;
+    char why[200];
+    snprintf(why, sizeof(why), "peer %d could not be told that init is over (%s): it died", r,
+             sock_err_str(errs[r]));
+    boot_peer_failed(b, r, loomRemoteError, why);
+  }
+  free(errs);
+  /* Not the communicator's health: a rank may fail at once after its word
+   * (its own check of the table), and that is the next step's news. */
+  return loomSuccess;
+}
+
+loomResult_t boot_tree_done(struct bootstrap* b, const struct deadline* dl) {
+  struct loom_comm* comm = b->comm;
+  struct boot_mail* m;
+  if (comm->nranks == 1) return loomSuccess;
+  if (comm->rank == 0) return done_root(b, dl);
+  LOOM_CHECK(boot_peer_send(b, 0, BOOT_DATA, BOOT_TAG_INIT, NULL, 0,
+                            "word that it has the peer table", dl));
+  LOOM_CHECK(
+      boot_mail_wait(b, BOOT_DATA, BOOT_TAG_INIT, 0, "word that every rank has the table", dl, &m));
+  free(m);
+  return loomSuccess;
 }

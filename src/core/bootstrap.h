@@ -43,7 +43,8 @@ enum boot_msg_type {
   BOOT_HELLO = 1, /* rank -> root: struct boot_hello */
   BOOT_TABLE,     /* tree parent -> child (root: over the star; others: over a link): the
                      peer table, boot_table_len(nranks) bytes (boot_table_parse) */
-  BOOT_DATA,      /* either way: a piece of an all-gather, tag = sequence */
+  BOOT_DATA,      /* over the star, either way: a piece of an all-gather, tag = its sequence
+                     number (from 1); tag BOOT_TAG_INIT, empty: init's closing handshake */
   BOOT_BYE,       /* either way: clean goodbye, closing is not a failure */
   BOOT_FAILED,    /* payload struct boot_failed; root -> rank: peer failed; rank -> root:
                      this rank saw peer fail, tell everyone (boot_report_failure) */
@@ -57,6 +58,9 @@ enum boot_msg_type {
   BOOT_P2P,       /* on a link or the star: a boot_send message, tag = the caller's */
   BOOT_TYPE_MAX
 };
+/* The tag of the empty BOOT_DATA messages that end init: each rank tells
+ * rank 0 it has the table, rank 0 tells each rank that all have it. */
+#define BOOT_TAG_INIT 0u
 struct boot_hdr {
   uint32_t magic;
   uint16_t type;

@@ -609,6 +609,13 @@ TEST(BootRendezvous, HelloInFlightForAnotherIdSurvives) {
   EXPECT_EQ(sock_recv_all(late, &reply, sizeof(reply), &dl, nullptr), 0)
       << "B's rank 1 lost its connection";
   EXPECT_EQ(reply.type, BOOT_TABLE);
+  // Play the rest of rank 1's part: take the table, say it has it.
+  std::vector<uint8_t> table(reply.length);
+  EXPECT_EQ(sock_recv_all(late, table.data(), table.size(), &dl, nullptr), 0);
+  boot_hdr have = Hdr(BOOT_DATA, 0);
+  have.tag = BOOT_TAG_INIT;
+  have.from = 1;
+  EXPECT_EQ(send(late, &have, sizeof(have), MSG_NOSIGNAL), (ssize_t)sizeof(have));
   rb.th.join();
   EXPECT_EQ(rb.init, loomSuccess) << rb.why;
   close(late);
