@@ -53,7 +53,7 @@ TEST(RegCache, RegistrationsEndWithTheirCommunicator) {
   EXPECT_NE(std::string(loomGetLastError(NULL)).find("another communicator"), std::string::npos);
   EXPECT_EQ(loomCommDeregister(comms[0], h0), loomSuccess);
   EXPECT_EQ(loomCommDeregister(comms[0], h0), loomInvalidArgument);  // twice
-  EXPECT_EQ(loomCommDestroy(comms[0]), loomSuccess);  // ends h1 and h3
+  EXPECT_EQ(loomCommDestroy(comms[0]), loomSuccess);                 // ends h1 and h3
   EXPECT_EQ(loomCommDeregister(comms[1], h2), loomSuccess);
   EXPECT_EQ(loomCommDeregister(comms[1], h1), loomInvalidArgument);  // stale
   EXPECT_EQ(loomCommDestroy(comms[1]), loomSuccess);
