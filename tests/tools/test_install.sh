@@ -19,21 +19,10 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_install.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 PREFIX=$TMP/prefix
 
-passed=0
-failed=0
 skipped=0
-why=""
 
-run_case() { # NAME FUNCTION
-  why=""
-  if "$2"; then
-    echo "PASS: $1"
-    passed=$((passed + 1))
-  else
-    echo "FAIL: $1: $why"
-    failed=$((failed + 1))
-  fi
-}
+# shellcheck source=tests/tools/cases.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cases.sh"
 
 # Runs a command with its output in $TMP/log; on failure sets why.
 logged() { # WHAT COMMAND...

@@ -21,10 +21,6 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 ulimit -c 0 # the crashes below are on purpose
 
-passed=0
-failed=0
-why=""
-
 # ---- Helpers ---------------------------------------------------------------
 
 # Fails the current case with a reason: `check COND... || return 1` style.
@@ -100,16 +96,8 @@ loomrun_started() {
   [ -n "$LOOMRUN_PID" ]
 }
 
-run_case() { # NAME FUNCTION
-  why=""
-  if "$2"; then
-    echo "PASS: $1"
-    passed=$((passed + 1))
-  else
-    echo "FAIL: $1: $why"
-    failed=$((failed + 1))
-  fi
-}
+# shellcheck source=tests/tools/cases.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cases.sh"
 
 field_values() { # NAME < output: every NAME=value on every line, one value a line
   tr ' ' '\n' | sed -n "s/^$1=//p"

@@ -16,20 +16,8 @@ INC=$3
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_symbols.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-passed=0
-failed=0
-why=""
-
-run_case() { # NAME FUNCTION
-  why=""
-  if "$2"; then
-    echo "PASS: $1"
-    passed=$((passed + 1))
-  else
-    echo "FAIL: $1: $why"
-    failed=$((failed + 1))
-  fi
-}
+# shellcheck source=tests/tools/cases.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cases.sh"
 
 # Names of the defined dynamic symbols of the shared library, one a line.
 exported() {

@@ -14,20 +14,8 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_topo.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 unset LOOM_TOPO_FILE LOOM_HOSTID
 
-passed=0
-failed=0
-why=""
-
-run_case() { # NAME FUNCTION
-  why=""
-  if "$2"; then
-    echo "PASS: $1"
-    passed=$((passed + 1))
-  else
-    echo "FAIL: $1: $why"
-    failed=$((failed + 1))
-  fi
-}
+# shellcheck source=tests/tools/cases.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cases.sh"
 
 t_prints_the_facts() {
   timeout 30 "$INFO" --topo >"$TMP/probed" 2>"$TMP/err" || { why="exit $?: $(cat "$TMP/err")"; return 1; }
