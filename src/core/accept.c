@@ -54,6 +54,7 @@ struct accept_set {
   int* free_slots; /* a stack of cap - npending indices */
   uint8_t* bufs;
   struct refusal_log log;
+  char who[64]; /* cfg.who points here: the caller's text may not outlive the call */
 };
 
 /* ---- The spare descriptor ------------------------------------------------------ */
@@ -335,6 +336,8 @@ loomResult_t accept_set_create(struct loom_comm* comm, int listen_fd, const stru
   struct accept_set* s = calloc(1, sizeof(*s));
   if (s == NULL) goto fail_mem;
   s->cfg = *cfg;
+  snprintf(s->who, sizeof(s->who), "%s", cfg->who);
+  s->cfg.who = s->who;
   s->listen_fd = listen_fd;
   s->cap = (int)LOOM_MAX(4, LOOM_MIN(ACCEPT_MAX_PENDING, fd_limit() / 8));
   s->slots = calloc((size_t)s->cap, sizeof(*s->slots));

@@ -48,7 +48,8 @@ typedef void (*accept_hello_fn)(void* arg, int fd, const union sock_addr* addr, 
                                 size_t len);
 
 struct accept_cfg {
-  const char* who;  /* what the log lines start with: "bootstrap", "rank 3: socket transport" */
+  const char* who;  /* what the log lines start with: "bootstrap", "rank 3: socket transport"
+                     * (copied: it need not outlive accept_set_create) */
   unsigned subsys;  /* SUB_BOOTSTRAP, SUB_NET */
   size_t hello_max; /* the longest hello */
   accept_hello_len_fn hello_len;
