@@ -151,6 +151,10 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
     if (peer >= 0) atomic_store(&comm->failed_peer, peer);
     memcpy(comm->last_error, full, sizeof(full));
     memcpy(comm->fail_error, full, sizeof(full));
+    /* The launcher hears the blame before any thread can see the failure:
+     * a caller that sees it may exit at once, and the blame sent after
+     * that would never leave (a send that never blocks). */
+    report_blame(blame_pid);
     atomic_store(&comm->async_error, (int)code);
   }
   pthread_mutex_unlock(&comm->err_lock);
@@ -159,7 +163,6 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
     LOOM_WARN(SUB_ALL, "%s", full);
     forming_stop(comm);
     err_copy_to_thread(full);
-    report_blame(blame_pid);
   }
   comm_wake(comm);
 }
