@@ -125,6 +125,10 @@ LOOM_API const char* loomGetErrorString(loomResult_t result);
  * naming its cause. Never NULL; "" when there was none. The text stays valid
  * until the next failing call on the same comm or thread. */
 LOOM_API const char* loomGetLastError(loomComm_t comm);
+/* (Loom) Sets the text loomGetLastError(comm) returns (comm NULL: the calling
+ * thread's), copied and truncated to the library's limit. For layered
+ * libraries (libloom_parallel): the communicator is not put in error. */
+LOOM_API loomResult_t loomSetLastError(loomComm_t comm, const char* message);
 
 /* ---- Communicator creation and teardown --------------------------------- */
 

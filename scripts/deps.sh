@@ -9,8 +9,10 @@ set -euo pipefail
 # suite skips, saying so, where a tool it needs is missing).
 # python3 and gnuplot-nox: the perf tools' JSON check and perf/plot.
 # clang-format: scripts/format.sh --check, the first step of scripts/test.sh.
+# libopenblas-dev: libloom_parallel's host GEMM (CBLAS); python3-torch: the parallel layer's
+# math checked against PyTorch on CPU (tests/parallel/torch_check.py).
 LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables
-               python3 gnuplot-nox clang-format)
+               python3 gnuplot-nox clang-format libopenblas-dev python3-torch)
 
 # deps_missing PKG...: prints the ones not installed, space-separated.
 deps_missing() {

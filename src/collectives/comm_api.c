@@ -649,3 +649,16 @@ const char* loomGetLastError(loomComm_t handle) {
   pthread_mutex_unlock(&comm->err_lock);
   return copy;
 }
+
+loomResult_t loomSetLastError(loomComm_t handle, const char* message) {
+  struct loom_comm* comm = handle_get((uint64_t)(uintptr_t)handle, HANDLE_COMM);
+  if (handle != NULL && comm == NULL)
+    return err_set(NULL, loomInvalidArgument,
+                   "invalid argument: loomSetLastError: comm %p is not a live communicator",
+                   (void*)handle);
+  if (message == NULL)
+    return err_set(comm, loomInvalidArgument,
+                   "invalid argument: loomSetLastError: message is NULL");
+  err_set_text(comm, message);
+  return loomSuccess;
+}

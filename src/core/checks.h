@@ -40,5 +40,8 @@ const char* err_thread_last(void);
 /* Copies comm's last-error text into the calling thread's (to report a
  * comm's failure through another path, e.g. a stream). */
 void err_copy_to_thread(const char* text);
+/* Sets text, as it is, as the last error of comm (when not NULL) and of the
+ * calling thread, with its WARN line: loomSetLastError, for layered libraries. */
+void err_set_text(struct loom_comm* comm, const char* text);
 
 #endif

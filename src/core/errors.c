@@ -47,6 +47,16 @@ const char* err_thread_last(void) {
   return thread_last;
 }
 
+void err_set_text(struct loom_comm* comm, const char* text) {
+  LOOM_WARN(SUB_ALL, "%s", text);
+  snprintf(thread_last, sizeof(thread_last), "%s", text);
+  if (comm) {
+    pthread_mutex_lock(&comm->err_lock);
+    snprintf(comm->last_error, sizeof(comm->last_error), "%s", text);
+    pthread_mutex_unlock(&comm->err_lock);
+  }
+}
+
 void err_copy_to_thread(const char* text) {
   snprintf(thread_last, sizeof(thread_last), "%s", text);
 }

@@ -820,6 +820,45 @@ TEST_P(CommLastError, NamesTheProblem) {
       quick_opts());
 }
 
+// loomSetLastError: a layered library's text, read back from the comm (or the
+// thread), truncated to the limit, without putting the communicator in error.
+TEST_P(CommLastError, SetByALayeredLibrary) {
+  auto [n, mode] = GetParam();
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        std::string mine =
+            "loomAllGatherDim: splits sum to 10 but y.shape[1] is " + std::to_string(12 + c.rank);
+        ASSERT_EQ(loomSetLastError(c.comm, mine.c_str()), loomSuccess);
+        EXPECT_EQ(std::string(loomGetLastError(c.comm)), mine);
+        ASSERT_EQ(loomSetLastError(nullptr, "the thread's own"), loomSuccess);
+        EXPECT_STREQ(loomGetLastError(NULL), "the thread's own");
+        EXPECT_EQ(std::string(loomGetLastError(c.comm)), mine)
+            << "the thread's text is not the comm's";
+        // Truncated, never overrun: a text far past any limit.
+        std::string huge(100000, 'x');
+        ASSERT_EQ(loomSetLastError(c.comm, huge.c_str()), loomSuccess);
+        std::string back = loomGetLastError(c.comm);
+        EXPECT_GT(back.size(), 100u);
+        EXPECT_LT(back.size(), huge.size());
+        EXPECT_EQ(back, huge.substr(0, back.size()));
+        // Not an error of the communicator: it reports none and still works.
+        loomResult_t async = loomInternalError;
+        ASSERT_EQ(loomCommGetAsyncError(c.comm, &async), loomSuccess);
+        EXPECT_EQ(async, loomSuccess);
+        check_allreduce(c.comm, c.rank, c.nranks);
+        // Misuse of the call itself.
+        EXPECT_EQ(loomSetLastError(c.comm, nullptr), loomInvalidArgument);
+        EXPECT_NE(std::string(loomGetLastError(NULL)).find("message is NULL"), std::string::npos);
+        int not_a_comm = 0;
+        EXPECT_EQ(loomSetLastError(reinterpret_cast<loomComm_t>(&not_a_comm), "x"),
+                  loomInvalidArgument);
+        EXPECT_NE(std::string(loomGetLastError(NULL)).find("not a live communicator"),
+                  std::string::npos);
+      },
+      quick_opts());
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, CommLastError,
                          ::testing::Combine(::testing::Values(1, 3),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),

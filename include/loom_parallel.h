@@ -1,0 +1,198 @@
+/*
+ * loom_parallel.h - Loom's parallelism primitives (libloom_parallel): tensors, the device
+ * mesh, tensor- and sequence-parallel collectives and linear layers, vocab-parallel cross
+ * entropy and ZeRO. Built on loom.h alone. The contract is the project's PARALLEL.md;
+ * docs/PARALLEL.md explains the design.
+ *
+ * Conventions: every function returns loomResult_t; arguments come as inputs, outputs,
+ * options, communicator, stream; an options pointer may be NULL (the ..._INIT defaults).
+ * A function that takes a communicator (or a handle made over one) is collective over it;
+ * those marked "local" do no communication. stream NULL: host memory, returns when done; a
+ * host stream: ordered after earlier work on it, outputs valid after loomStreamSynchronize.
+ * Misuse returns loomInvalidArgument before any communication, outputs untouched, and
+ * loomGetLastError names the function, the argument and the values.
+ */
+#ifndef LOOM_PARALLEL_H
+#define LOOM_PARALLEL_H
+
+#include <stdint.h>
+
+#include "loom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- 1. Tensors ------------------------------------------------------------------------ */
+
+#define LOOM_TENSOR_MAX_DIMS 8
+typedef struct {
+  void* data; /* element (0,...,0); host or CUDA device memory */
+  loomDataType_t dtype;
+  int ndim;                              /* 0..8; 0 is a scalar (one element) */
+  int64_t shape[LOOM_TENSOR_MAX_DIMS];   /* >= 0; entries at and past ndim ignored */
+  int64_t strides[LOOM_TENSOR_MAX_DIMS]; /* in elements, >= 0 */
+} loomTensor;
+
+/* Local: a row-major contiguous tensor over data. */
+LOOM_API loomResult_t loomTensorMake(void* data, loomDataType_t dtype, int ndim,
+                                     const int64_t shape[], loomTensor* tensor);
+/* Local: 1 when the strides are loomTensorMake's (dims of extent 1 ignored). */
+LOOM_API loomResult_t loomTensorIsContiguous(const loomTensor* tensor, int* contiguous);
+/* Local: the product of the extents (1 for ndim 0). */
+LOOM_API loomResult_t loomTensorNumel(const loomTensor* tensor, int64_t* numel);
+/* Local: the view of [start, start + length) along dim; no copy. */
+LOOM_API loomResult_t loomTensorSlice(const loomTensor* tensor, int dim, int64_t start,
+                                      int64_t length, loomTensor* slice);
+
+/* ---- 2. Device mesh -------------------------------------------------------------------- */
+
+typedef struct loomMesh* loomMesh_t;
+typedef enum {
+  loomMeshDp = 0,
+  loomMeshPp = 1,
+  loomMeshCp = 2,
+  loomMeshTp = 3,
+  loomMeshEp = 4,
+  loomMeshNumDims = 5
+} loomMeshDim_t;
+
+/* Collective over world, blocking: sizes indexed by loomMeshDim_t (product = world size);
+ * order names the dims fastest first ("tp-cp-ep-dp-pp" when NULL); groups is a
+ * NULL-terminated list of flattened groups such as "dp-cp" (NULL: none). */
+LOOM_API loomResult_t loomMeshCreate(loomComm_t world, const int sizes[loomMeshNumDims],
+                                     const char* order, const char* const groups[],
+                                     loomMesh_t* mesh);
+LOOM_API loomResult_t loomMeshGetComm(loomMesh_t mesh, loomMeshDim_t dim, loomComm_t* comm);
+LOOM_API loomResult_t loomMeshGetGroup(loomMesh_t mesh, const char* dims, loomComm_t* comm);
+LOOM_API loomResult_t loomMeshGetCoord(loomMesh_t mesh, loomMeshDim_t dim, int* coord);
+LOOM_API loomResult_t loomMeshGetSize(loomMesh_t mesh, loomMeshDim_t dim, int* size);
+LOOM_API loomResult_t loomMeshGetRankOf(loomMesh_t mesh, const int coords[loomMeshNumDims],
+                                        int* worldRank);
+LOOM_API loomResult_t loomMeshGetCoordsOf(loomMesh_t mesh, int worldRank,
+                                          int coords[loomMeshNumDims]);
+LOOM_API loomResult_t loomMeshDestroy(loomMesh_t mesh);
+
+/* ---- 3.1 Conjugate collectives --------------------------------------------------------- */
+/* splits: NULL (even, must divide exactly) or one extent per rank of comm. */
+
+LOOM_API loomResult_t loomAllReduceTensor(const loomTensor* x, loomTensor* y, loomRedOp_t op,
+                                          loomComm_t comm, loomStream_t stream);
+LOOM_API loomResult_t loomAllGatherDim(const loomTensor* x, loomTensor* y, int dim,
+                                       const int64_t* splits, loomComm_t comm, loomStream_t stream);
+LOOM_API loomResult_t loomReduceScatterDim(const loomTensor* x, loomTensor* y, int dim,
+                                           const int64_t* splits, loomRedOp_t op, loomComm_t comm,
+                                           loomStream_t stream);
+LOOM_API loomResult_t loomSplitDim(const loomTensor* x, loomTensor* y, int dim,
+                                   const int64_t* splits, loomComm_t comm, loomStream_t stream);
+LOOM_API loomResult_t loomAlltoAllDim(const loomTensor* x, loomTensor* y, int scatterDim,
+                                      int gatherDim, const int64_t* scatterSplits,
+                                      const int64_t* gatherSplits, loomComm_t comm,
+                                      loomStream_t stream);
+
+/* ---- 3.2 Parallel linear layers -------------------------------------------------------- */
+
+/* Row-major C[m x n] = alpha * op(A) * op(B) + beta * C; beta == 0: C is not read. */
+typedef loomResult_t (*loomGemmFn_t)(void* ctx, int transA, int transB, int64_t m, int64_t n,
+                                     int64_t k, double alpha, const void* A, int64_t lda,
+                                     const void* B, int64_t ldb, double beta, void* C, int64_t ldc,
+                                     loomDataType_t dtype, loomStream_t stream);
+typedef struct {
+  loomGemmFn_t fn;
+  void* ctx;
+} loomGemm;
+typedef struct {
+  int sequenceParallel;     /* 1: the token side is split over TP along seqDim */
+  int seqDim;               /* dim of x (column) or y (row) split under SP; < ndim-1 */
+  const int64_t* seqSplits; /* NULL: even; else tp-size extents along seqDim */
+  int gatherOutput;         /* column only: all-gather y along its last dim (equal out_r) */
+  int accumulate;           /* loomLinearBackwardWeight: 1 adds into dw/db, 0 overwrites */
+  const loomGemm* gemm;     /* NULL: loomGemmDefault() */
+} loomLinearOpts;
+#define LOOM_LINEAR_OPTS_INIT \
+  { 0, 0, NULL, 0, 0, NULL }
+
+/* Never NULL: CBLAS (or a portable loop) on host memory. Not a loomResult_t function. */
+LOOM_API const loomGemm* loomGemmDefault(void);
+LOOM_API loomResult_t loomColumnLinearForward(const loomTensor* x, const loomTensor* w,
+                                              const loomTensor* b, loomTensor* y, loomTensor* xFull,
+                                              const loomLinearOpts* opts, loomComm_t tp,
+                                              loomStream_t stream);
+LOOM_API loomResult_t loomColumnLinearBackwardInput(const loomTensor* dy, const loomTensor* w,
+                                                    loomTensor* dx, const loomLinearOpts* opts,
+                                                    loomComm_t tp, loomStream_t stream);
+LOOM_API loomResult_t loomRowLinearForward(const loomTensor* x, const loomTensor* w,
+                                           const loomTensor* b, loomTensor* y,
+                                           const loomLinearOpts* opts, loomComm_t tp,
+                                           loomStream_t stream);
+LOOM_API loomResult_t loomRowLinearBackwardInput(const loomTensor* dy, const loomTensor* w,
+                                                 loomTensor* dx, loomTensor* dyFull,
+                                                 const loomLinearOpts* opts, loomComm_t tp,
+                                                 loomStream_t stream);
+/* Local: dw = dy^T * x, db = sum over rows of dy (added when opts->accumulate). */
+LOOM_API loomResult_t loomLinearBackwardWeight(const loomTensor* x, const loomTensor* dy,
+                                               loomTensor* dw, loomTensor* db,
+                                               const loomLinearOpts* opts, loomStream_t stream);
+
+/* ---- 3.3 Vocab-parallel cross entropy -------------------------------------------------- */
+
+typedef struct {
+  int64_t ignoreIndex;        /* default -100 */
+  double labelSmoothing;      /* eps in [0, 1) */
+  const int64_t* vocabSplits; /* NULL: every rank's V_r equal; else tp-size entries */
+} loomCrossEntropyOpts;
+#define LOOM_CROSS_ENTROPY_OPTS_INIT \
+  { -100, 0.0, NULL }
+
+LOOM_API loomResult_t loomVocabParallelCrossEntropyForward(const loomTensor* logits,
+                                                           const loomTensor* target,
+                                                           loomTensor* loss, loomTensor* lse,
+                                                           const loomCrossEntropyOpts* opts,
+                                                           loomComm_t tp, loomStream_t stream);
+LOOM_API loomResult_t loomVocabParallelCrossEntropyBackward(
+    const loomTensor* logits, const loomTensor* target, const loomTensor* lse,
+    const loomTensor* dloss, loomTensor* dlogits, const loomCrossEntropyOpts* opts, loomComm_t tp,
+    loomStream_t stream);
+
+/* ---- 7. ZeRO --------------------------------------------------------------------------- */
+
+typedef struct loomZeroLayout* loomZeroLayout_t;
+typedef struct {
+  int64_t offset; /* in the flat buffer */
+  int64_t numel;
+  int bucket;
+} loomZeroParam;
+typedef struct {
+  int64_t offset;
+  int64_t count;
+  int64_t shardOffset;
+} loomZeroBucket;
+typedef struct {
+  int numParams, numBuckets, dpSize;
+  int64_t totalElems;            /* flat buffer length, padding included */
+  int64_t shardElems;            /* totalElems / dpSize */
+  const loomZeroParam* params;   /* [numParams] */
+  const loomZeroBucket* buckets; /* [numBuckets] */
+} loomZeroLayoutInfo;
+
+LOOM_API loomResult_t loomZeroLayoutCreate(const int64_t numels[], int numParams, int dpSize,
+                                           int64_t bucketElems, int64_t align,
+                                           loomZeroLayout_t* layout);
+LOOM_API loomResult_t loomZeroLayoutGetInfo(loomZeroLayout_t layout, loomZeroLayoutInfo* info);
+LOOM_API loomResult_t loomZeroOwnedRange(loomZeroLayout_t layout, int param, int dpRank,
+                                         int64_t* begin, int64_t* count, int64_t* shardOffset);
+LOOM_API loomResult_t loomZeroReduceScatterBucket(loomZeroLayout_t layout, int bucket,
+                                                  const void* bucketGrads, void* gradShard,
+                                                  loomDataType_t datatype, loomRedOp_t op,
+                                                  loomComm_t dp, loomStream_t stream);
+LOOM_API loomResult_t loomZeroAllGatherBucket(loomZeroLayout_t layout, int bucket,
+                                              const void* paramShard, void* bucketParams,
+                                              loomDataType_t datatype, loomComm_t dp,
+                                              loomStream_t stream);
+LOOM_API loomResult_t loomZeroLayoutDestroy(loomZeroLayout_t layout);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_PARALLEL_H */
