@@ -159,7 +159,13 @@ loomResult_t counting_gemm(void* ctx, int ta, int tb, int64_t m, int64_t n, int6
 
 // One MLP forward and backward through the layer, checked against the reference.
 // sp: sequence parallel along sdim (0: [S, B, H] with the ring; 1: [B-major] gather path).
-void run_mlp(Ctx& c, bool sp, int sdim, bool give_full, Counting* cnt) {
+// What one rank's layer calls produced, for the PyTorch check (TorchDump).
+struct MlpOut {
+  Vec y, dx, dw1, db1, dw2, db2;
+  std::vector<int64_t> fs, ss;  // the hidden and sequence splits
+};
+
+void run_mlp(Ctx& c, bool sp, int sdim, bool give_full, Counting* cnt, MlpOut* out = nullptr) {
   const int64_t S = sdim == 0 ? 7 : 3, B = sdim == 0 ? 2 : 7, H = 5, F = 11;
   Mlp ref(S, B, H, F, 1234);
   const int P = c.nranks, r = c.rank;
@@ -244,6 +250,11 @@ void run_mlp(Ctx& c, bool sp, int sdim, bool give_full, Counting* cnt) {
   for (auto& v : want_db1) v *= 2;
   expect_close(dw1, want_dw1, "dW1 accumulated twice");
   expect_close(db1, want_db1, "db1 accumulated twice");
+  if (out != nullptr) {
+    for (auto& v : dw1) v /= 2;
+    for (auto& v : db1) v /= 2;
+    *out = MlpOut{y, dx, dw1, db1, dw2, db2, fs, ss};
+  }
 }
 
 class LinearMlp : public ::testing::TestWithParam<RanksMode> {};
@@ -465,6 +476,52 @@ TEST(LinearArgs, MisuseIsRefusedAndNamed) {
         ASSERT_LOOM_OK(
             loomColumnLinearForward(&tx, &tw, &tb, &ty, nullptr, nullptr, c.comm, nullptr));
         for (double v : y) EXPECT_EQ(v, 4.0);
+      },
+      partest::opts());
+}
+
+// For tests/parallel/torch_check.sh: with LOOM_TORCH_DIR set, a tp-3 SP MLP's inputs and the
+// layer's gathered results go there as raw float64 files, for torch_mlp.py to recompute with
+// PyTorch's autograd. Skipped otherwise.
+TEST(TorchDump, MlpBlock) {
+  const char* dir = getenv("LOOM_TORCH_DIR");
+  if (dir == nullptr)
+    GTEST_SKIP() << "LOOM_TORCH_DIR is not set (tests/parallel/torch_check.sh sets it)";
+  std::string d = dir;
+  harness::run(
+      3, Mode::Thread,
+      [d](Ctx& c) {
+        MlpOut o;
+        run_mlp(c, true, 0, false, nullptr, &o);
+        const int64_t S = 7, B = 2, H = 5, F = 11;
+        auto gather = [&](Vec& local, std::vector<int64_t> shape, int dim,
+                          const std::vector<int64_t>& splits) {
+          std::vector<int64_t> full = shape;
+          full[dim] = 0;
+          for (auto v : splits) full[dim] += v;
+          Vec all(partest::numel(full));
+          auto tl = partest::make(local, loomFloat64, shape);
+          auto ta = partest::make(all, loomFloat64, full);
+          EXPECT_EQ(loomAllGatherDim(&tl, &ta, dim, splits.data(), c.comm, nullptr), loomSuccess);
+          return all;
+        };
+        const int r = c.rank;
+        Vec y = gather(o.y, {o.ss[r], B, H}, 0, o.ss), dx = gather(o.dx, {o.ss[r], B, H}, 0, o.ss);
+        Vec dw1 = gather(o.dw1, {o.fs[r], H}, 0, o.fs), db1 = gather(o.db1, {o.fs[r]}, 0, o.fs);
+        Vec dw2 = gather(o.dw2, {H, o.fs[r]}, 1, o.fs);
+        if (r != 0) return;
+        Mlp ref(S, B, H, F, 1234);
+        auto put = [&](const char* name, const Vec& v) {
+          FILE* f = fopen((d + "/" + name).c_str(), "wb");
+          ASSERT_NE(f, nullptr) << d << "/" << name;
+          ASSERT_EQ(fwrite(v.data(), sizeof(double), v.size(), f), v.size());
+          fclose(f);
+        };
+        put("mlp_shape", Vec{(double)S, (double)B, (double)H, (double)F});
+        put("mlp_x", ref.x), put("mlp_w1", ref.w1), put("mlp_b1", ref.b1);
+        put("mlp_w2", ref.w2), put("mlp_b2", ref.b2), put("mlp_g", ref.g);
+        put("mlp_y", y), put("mlp_dx", dx), put("mlp_dw1", dw1), put("mlp_db1", db1);
+        put("mlp_dw2", dw2), put("mlp_db2", o.db2);
       },
       partest::opts());
 }
