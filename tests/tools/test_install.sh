@@ -69,6 +69,38 @@ int main(void) {
 }
 EOF
 
+# The parallel layer's consumer: plain C99, loom_parallel.h, a 1-rank communicator.
+cat >"$TMP/par_consumer.c" <<'EOF'
+#include <loom_parallel.h>
+#include <stdio.h>
+
+int main(void) {
+  loomComm_t comm = NULL;
+  double x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0};
+  int64_t shape[2] = {2, 3}, numels[2] = {5, 7};
+  loomTensor tx, ty;
+  loomZeroLayout_t z;
+  loomZeroLayoutInfo info;
+  int i;
+  if (loomCommInitAll(&comm, 1, NULL) != loomSuccess ||
+      loomTensorMake(x, loomFloat64, 2, shape, &tx) != loomSuccess ||
+      loomTensorMake(y, loomFloat64, 2, shape, &ty) != loomSuccess ||
+      loomAllReduceTensor(&tx, &ty, loomSum, comm, NULL) != loomSuccess) {
+    fprintf(stderr, "parallel calls: %s\n", loomGetLastError(comm));
+    return 1;
+  }
+  for (i = 0; i < 6; i++)
+    if (y[i] != x[i]) return 1;
+  if (loomZeroLayoutCreate(numels, 2, 1, 8, 1, &z) != loomSuccess ||
+      loomZeroLayoutGetInfo(z, &info) != loomSuccess || info.totalElems != 12 ||
+      loomZeroLayoutDestroy(z) != loomSuccess)
+    return 1;
+  loomCommDestroy(comm);
+  printf("consumer ok\n");
+  return 0;
+}
+EOF
+
 # Runs a built consumer and checks what it says; LD_LIBRARY_PATH as given.
 run_consumer() { # BINARY
   logged "running $(basename "$1")" "$1" || return 1
@@ -147,8 +179,38 @@ t_static_consumer() {
 
 have_pkgconfig() { command -v pkg-config >/dev/null 2>&1; }
 
+# libloom_parallel as a user gets it: Loom::loom_parallel and loom_parallel.pc.
+t_parallel_consumer() {
+  [ -n "${LIBDIR:-}" ] || { why="nothing installed"; return 1; }
+  [ -f "$PREFIX/include/loom_parallel.h" ] || { why="no include/loom_parallel.h under the prefix"; return 1; }
+  mkdir -p "$TMP/pcm"
+  cp "$TMP/par_consumer.c" "$TMP/pcm/consumer.c"
+  cat >"$TMP/pcm/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.16)
+project(loom_parallel_consumer C)
+find_package(Loom REQUIRED)
+add_executable(consumer consumer.c)
+set_target_properties(consumer PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+target_link_libraries(consumer PRIVATE Loom::loom_parallel)
+EOF
+  logged "configuring the parallel CMake consumer" "$CMAKE" -S "$TMP/pcm" -B "$TMP/pcm/build" \
+    -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF || return 1
+  logged "building the parallel CMake consumer" "$CMAKE" --build "$TMP/pcm/build" || return 1
+  run_consumer "$TMP/pcm/build/consumer" || return 1
+  have_pkgconfig || return 0
+  export PKG_CONFIG_PATH="$LIBDIR/pkgconfig"
+  local cflags libs
+  cflags=$(pkg-config --cflags loom_parallel) || { why="pkg-config --cflags loom_parallel failed"; return 1; }
+  libs=$(pkg-config --libs loom_parallel) || { why="pkg-config --libs loom_parallel failed"; return 1; }
+  # shellcheck disable=SC2086 # the flags are lists
+  logged "compiling with pkg-config loom_parallel" "$CC" -std=c99 -Wall -Wextra -pedantic -Werror \
+    $cflags "$TMP/par_consumer.c" -o "$TMP/par_consumer_pc" $libs || return 1
+  LD_LIBRARY_PATH="$LIBDIR" run_consumer "$TMP/par_consumer_pc"
+}
+
 run_case "cmake --install into a fresh prefix" t_install
 run_case "CMake consumer: find_package(Loom), Loom::loom" t_cmake_consumer
+run_case "parallel consumer: Loom::loom_parallel and loom_parallel.pc (C99 -pedantic)" t_parallel_consumer
 if have_pkgconfig; then
   run_case "pkg-config consumer (loom.pc, C99 -pedantic)" t_pkgconfig_consumer
   run_case "static consumer (libloom.a, pkg-config --static)" t_static_consumer

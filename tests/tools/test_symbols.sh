@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# What libloom exports: only the public API (STYLE.md: "Only loom* symbols
+# What a Loom library exports: only its public API (STYLE.md: "Only loom* symbols
 # leave the shared library"), all of it, and a static archive beside it.
-#   usage: test_symbols.sh LIBLOOM_SO LIBLOOM_A INCLUDE_DIR
-# INCLUDE_DIR holds the public headers (loom.h ...); every function they
+#   usage: test_symbols.sh LIB_SO LIB_A HEADER
+# HEADER is the library's public header (loom.h for libloom, loom_parallel.h for
+# libloom_parallel); every function it
 # declare with LOOM_API must be exported, and nothing else may be.
 set -u
 
 if [ $# -ne 3 ]; then
-  echo "usage: $0 LIBLOOM_SO LIBLOOM_A INCLUDE_DIR" >&2
+  echo "usage: $0 LIB_SO LIB_A HEADER" >&2
   exit 2
 fi
 SO=$1
@@ -26,7 +27,7 @@ exported() {
 
 # Functions the public headers declare with LOOM_API, one a line.
 declared() {
-  cat "$INC"/*.h | tr '\n' ' ' | grep -oE 'LOOM_API[^;{}()#]*\(' |
+  tr '\n' ' ' <"$INC" | grep -oE 'LOOM_API[^;{}()#]*\(' |
     sed -E 's/.*[^A-Za-z0-9_](loom[A-Za-z0-9_]*)[[:space:]]*\($/\1/' |
     grep -E '^loom[A-Za-z0-9_]*$' | sort -u
 }
@@ -49,7 +50,7 @@ t_only_loom() {
 t_only_public() {
   exported >"$TMP/exp"
   declared >"$TMP/decl"
-  [ -s "$TMP/decl" ] || { why="found no LOOM_API declarations in $INC/*.h"; return 1; }
+  [ -s "$TMP/decl" ] || { why="found no LOOM_API declarations in $INC"; return 1; }
   comm -23 "$TMP/exp" "$TMP/decl" >"$TMP/extra"
   [ -s "$TMP/extra" ] || return 0
   why="exported but declared in no public header: $(head -n 10 "$TMP/extra" | tr '\n' ' ')"
@@ -76,11 +77,11 @@ t_static_archive() {
   return 1
 }
 
-run_case "libloom.so exists and has a dynamic symbol table" t_so_exists
-run_case "libloom.so exports only symbols starting with loom" t_only_loom
-run_case "libloom.so exports only functions of the public headers" t_only_public
-run_case "libloom.so exports every function of the public headers" t_all_public
-run_case "libloom.a exists and defines the public functions" t_static_archive
+run_case "$(basename "$SO") exists and has a dynamic symbol table" t_so_exists
+run_case "$(basename "$SO") exports only symbols starting with loom" t_only_loom
+run_case "$(basename "$SO") exports only functions of the public headers" t_only_public
+run_case "$(basename "$SO") exports every function of the public headers" t_all_public
+run_case "$(basename "$AR") exists and defines the public functions" t_static_archive
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
