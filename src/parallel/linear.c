@@ -95,8 +95,9 @@ static loomResult_t lin_ring_forward(const struct lin_call* c, const loomTensor*
   size_t es = par_dtype_size(c->dtype);
   int64_t rows_per = c->inner_rows; /* matrix rows per position along seqDim */
   char* base = xf->data;
-  memcpy(base + c->offs[r] * rows_per * xf->cols * (int64_t)es, x->data,
-         (size_t)((c->offs[r + 1] - c->offs[r]) * rows_per * xf->cols) * es);
+  size_t mine = (size_t)((c->offs[r + 1] - c->offs[r]) * rows_per * xf->cols) * es;
+  if (mine > 0) /* x->data may be NULL when this rank has no slab */
+    memcpy(base + c->offs[r] * rows_per * xf->cols * (int64_t)es, x->data, mine);
   for (int t = 0; t < P; t++) {
     int have = (r - t + P) % P, next = (r - t - 1 + P) % P;
     if (t < P - 1) {
