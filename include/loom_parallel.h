@@ -108,9 +108,14 @@ typedef struct {
   int gatherOutput;         /* column only: all-gather y along its last dim (equal out_r) */
   int accumulate;           /* loomLinearBackwardWeight: 1 adds into dw/db, 0 overwrites */
   const loomGemm* gemm;     /* NULL: loomGemmDefault() */
+  /* (Loom) the column forward under SP: 1 gathers the input slab by slab around a ring while
+   * the GEMM of the slab already here runs; -1 gathers it all, then runs one GEMM; 0 lets the
+   * layer choose: on host memory it gathers first, since the copies need the same cores as
+   * the GEMM and the ring lost on every shape measured (docs/PERFORMANCE.md). */
+  int overlap;
 } loomLinearOpts;
 #define LOOM_LINEAR_OPTS_INIT \
-  { 0, 0, NULL, 0, 0, NULL }
+  { 0, 0, NULL, 0, 0, NULL, 0 }
 
 /* Never NULL: CBLAS (or a portable loop) on host memory. Not a loomResult_t function. */
 LOOM_API const loomGemm* loomGemmDefault(void);

@@ -9,9 +9,9 @@
  * y [SEQ, BATCH, FFN/P]. Four variants, each timed alone: "gemm" (the forward on the whole
  * gathered input, no communication: the compute), "allgather" (loomAllGatherDim of x: the
  * communication), "serial" (allgather then gemm) and "overlap" (loomColumnLinearForward with
- * sequenceParallel). achieved = max(gemm, allgather) / overlap: 1.0 is perfect overlap. A time
- * is the median over ITERS iterations of the slowest rank's time. Host memory; set
- * OPENBLAS_NUM_THREADS to choose the GEMM's threads (1 when ranks share few cores). */
+ * sequenceParallel and overlap 1: the ring). achieved = max(gemm, allgather) / overlap: 1.0 is
+ * perfect overlap. A time is the median over ITERS iterations of the slowest rank's time. Host
+ * memory; set OPENBLAS_NUM_THREADS to choose the GEMM's threads (1 when ranks share few cores). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +162,7 @@ static int setup(struct run* r, const struct cfg* c) {
   r->sp = def;
   r->sp.sequenceParallel = 1;
   r->sp.seqDim = 0;
+  r->sp.overlap = 1;
   return 0;
 }
 

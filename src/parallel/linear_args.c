@@ -24,6 +24,8 @@ static loomResult_t call_init(const char* fn, const loomLinearOpts* opts, loomCo
   if (c->gemm->fn == NULL) return par_err(comm, fn, "opts->gemm->fn is NULL");
   if (c->opts.sequenceParallel != 0 && c->opts.sequenceParallel != 1)
     return par_err(comm, fn, "opts->sequenceParallel is %d, not 0 or 1", c->opts.sequenceParallel);
+  if (c->opts.overlap < -1 || c->opts.overlap > 1)
+    return par_err(comm, fn, "opts->overlap is %d, not -1, 0 or 1", c->opts.overlap);
   c->sp = c->opts.sequenceParallel;
   c->seq_dim = c->opts.seqDim;
   return loomSuccess;
@@ -205,7 +207,8 @@ static loomResult_t col_fwd_shapes(const char* fn, const loomTensor* x, const lo
     for (int d = 0; d < c->seq_dim; d++) lead1 &= full.shape[d] <= 1;
     c->inner_rows = 1;
     for (int d = c->seq_dim + 1; d < full.ndim - 1; d++) c->inner_rows *= full.shape[d];
-    a->ring = lead1 && par_contiguous(x) && par_contiguous(&a->xfull_t);
+    /* Host memory: the ring only when asked for (opts->overlap, loom_parallel.h). */
+    a->ring = c->opts.overlap == 1 && lead1 && par_contiguous(x) && par_contiguous(&a->xfull_t);
   }
   return loomSuccess;
 }

@@ -165,7 +165,8 @@ struct MlpOut {
   std::vector<int64_t> fs, ss;  // the hidden and sequence splits
 };
 
-void run_mlp(Ctx& c, bool sp, int sdim, bool give_full, Counting* cnt, MlpOut* out = nullptr) {
+void run_mlp(Ctx& c, bool sp, int sdim, bool give_full, Counting* cnt, MlpOut* out = nullptr,
+             int overlap = 1) {
   const int64_t S = sdim == 0 ? 7 : 3, B = sdim == 0 ? 2 : 7, H = 5, F = 11;
   Mlp ref(S, B, H, F, 1234);
   const int P = c.nranks, r = c.rank;
@@ -185,6 +186,7 @@ void run_mlp(Ctx& c, bool sp, int sdim, bool give_full, Counting* cnt, MlpOut* o
   o.sequenceParallel = sp;
   o.seqDim = sdim;
   o.seqSplits = ss.data();
+  o.overlap = overlap;
   // Shapes: the local token part under SP.
   std::vector<int64_t> full_tok = {S, B}, my_tok = full_tok;
   if (sp) my_tok[sdim] = ss[r];
@@ -270,8 +272,10 @@ TEST_P(LinearMlp, SequenceParallelRingEqualsUnsharded) {
   harness::run(
       n, mode,
       [](Ctx& c) {
-        run_mlp(c, true, 0, true, nullptr);
+        run_mlp(c, true, 0, true, nullptr);  // the ring (overlap 1)
         run_mlp(c, true, 0, false, nullptr);
+        run_mlp(c, true, 0, true, nullptr, nullptr, 0);  // the layer's choice: gather first
+        run_mlp(c, true, 0, false, nullptr, nullptr, -1);
       },
       partest::opts());
 }
@@ -455,6 +459,10 @@ TEST(LinearArgs, MisuseIsRefusedAndNamed) {
         o.seqSplits = neg;
         EXPECT_MISUSE(loomColumnLinearForward(&tx, &tw, &tb, &ty, nullptr, &o, c.comm, nullptr),
                       c.comm, fn, partest::bytes_of(y), "seqSplits[0]", "-1");
+        loomLinearOpts ov = LOOM_LINEAR_OPTS_INIT;
+        ov.overlap = 2;
+        EXPECT_MISUSE(loomColumnLinearForward(&tx, &tw, &tb, &ty, nullptr, &ov, c.comm, nullptr),
+                      c.comm, fn, partest::bytes_of(y), "overlap", "2");
         loomGemm nofn{nullptr, nullptr};
         loomLinearOpts og = LOOM_LINEAR_OPTS_INIT;
         og.gemm = &nofn;
