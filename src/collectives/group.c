@@ -17,9 +17,9 @@
 #include "core/stream.h"
 
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER; /* see launch() */
-static __thread int group_depth;
-static __thread struct coll_task* group_tasks;
-static __thread int group_ntasks, group_cap;
+static __thread int group_depth LOOM_TLS_HOT;
+static __thread struct coll_task* group_tasks LOOM_TLS_HOT;
+static __thread int group_ntasks LOOM_TLS_HOT, group_cap LOOM_TLS_HOT;
 
 void tasks_release(struct coll_task* tasks, int ntasks) {
   for (int i = 0; i < ntasks; i++) free(tasks[i].v);

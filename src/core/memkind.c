@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/checks.h"
+#include "core/util.h"
 
 /* The driver API's types and constants, as its ABI defines them (cuda.h):
  * CUresult is an int, CUdevice an int, CUdeviceptr an unsigned integer of
@@ -142,7 +143,7 @@ static int fake_lookup(uintptr_t p, int* dev_out) {
  * 4096 classifications of a thread while it is not: a program that loads
  * CUDA after its communicators were made is noticed within as many calls. */
 static int cuda_attached(void) {
-  static __thread unsigned calls;
+  static __thread unsigned calls LOOM_TLS_HOT;
   if (atomic_load_explicit(&cu_ok, memory_order_acquire)) return 1;
   if ((++calls & 4095) == 0) cuda_notice();
   return atomic_load_explicit(&cu_ok, memory_order_acquire);

@@ -14,6 +14,11 @@
 #define LOOM_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define LOOM_DIV_UP(a, b) (((a) + (b)-1) / (b))
 #define LOOM_ALIGN_UP(a, b) (LOOM_DIV_UP(a, b) * (b))
+/* For a small thread-local read on every call: the initial-exec model reads it
+ * at a fixed offset from the thread pointer instead of calling __tls_get_addr
+ * (libloom is a shared library). Scalars only: glibc keeps a small surplus of
+ * static TLS for libraries loaded with dlopen, enough for a few words. */
+#define LOOM_TLS_HOT __attribute__((tls_model("initial-exec")))
 
 /* Monotonic clock in nanoseconds. */
 uint64_t time_now_ns(void);

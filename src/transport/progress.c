@@ -81,7 +81,7 @@ struct progress {
 };
 
 /* The engine whose thread this is (NULL on every other thread). */
-static __thread struct progress* progress_self;
+static __thread struct progress* progress_self LOOM_TLS_HOT;
 
 static uint32_t events_to_epoll(unsigned ev) {
   return ((ev & PROGRESS_IN) ? EPOLLIN : 0) | ((ev & PROGRESS_OUT) ? EPOLLOUT : 0) |
