@@ -159,6 +159,80 @@ LOOM_API loomResult_t loomVocabParallelCrossEntropyBackward(
     const loomTensor* dloss, loomTensor* dlogits, const loomCrossEntropyOpts* opts, loomComm_t tp,
     loomStream_t stream);
 
+/* ---- 6. Pipeline parallel ------------------------------------------------------------- */
+
+typedef enum {
+  loomPipeAFAB = 0,
+  loomPipe1F1B = 1,
+  loomPipeInterleaved1F1B = 2,
+  loomPipeZBH1 = 3,
+  loomPipeZBV = 4,
+  loomPipeDualPipeV = 5
+} loomPipeKind_t;
+typedef enum {
+  loomPipeF = 0,
+  loomPipeB = 1,
+  loomPipeW = 2,
+  loomPipeSendF = 3,
+  loomPipeRecvF = 4,
+  loomPipeSendB = 5,
+  loomPipeRecvB = 6
+} loomPipeOp_t;
+typedef struct {
+  loomPipeOp_t op;
+  int stage;
+  int microbatch;
+  int peer; /* the other rank of a send or receive; -1 for F, B, W */
+} loomPipeAction;
+typedef struct loomPipeSchedule* loomPipeSchedule_t;
+typedef struct {
+  double f, b, w, comm;
+} loomPipeCosts;
+typedef struct {
+  double makespan;
+  double bubbleRatio;
+} loomPipeStats;
+
+/* Local, pure: a generated schedule of p ranks, m microbatches and v chunks per rank. */
+LOOM_API loomResult_t loomPipeScheduleCreate(loomPipeKind_t kind, int numRanks, int numMicrobatches,
+                                             int numChunks, loomPipeSchedule_t* sched);
+/* (Loom) Local: a user schedule, accepted only if it passes the validity rules. */
+LOOM_API loomResult_t loomPipeScheduleFromActions(int numRanks, int numStages,
+                                                  const int stageRank[], int numMicrobatches,
+                                                  const loomPipeAction* const actions[],
+                                                  const int numActions[],
+                                                  loomPipeSchedule_t* sched);
+/* Local: rank's list; the array lives as long as the schedule. */
+LOOM_API loomResult_t loomPipeScheduleGetActions(loomPipeSchedule_t sched, int rank,
+                                                 const loomPipeAction** actions, int* numActions);
+LOOM_API loomResult_t loomPipeScheduleStageRank(loomPipeSchedule_t sched, int stage, int* rank);
+/* Local, like snprintf: "F3.7 SF3.7 ..." */
+LOOM_API loomResult_t loomPipeScheduleFormat(loomPipeSchedule_t sched, int rank, char* buf,
+                                             size_t size, size_t* length);
+/* Local: the binding simulator; rankIdle and rankPeakActivations ([p]) may be NULL. */
+LOOM_API loomResult_t loomPipeSimulate(loomPipeSchedule_t sched, const loomPipeCosts* costs,
+                                       loomPipeStats* stats, double rankIdle[],
+                                       int rankPeakActivations[]);
+LOOM_API loomResult_t loomPipeScheduleDestroy(loomPipeSchedule_t sched);
+
+typedef struct {
+  loomResult_t (*forward)(void* user, int stage, int microbatch, const void* input, void* output,
+                          loomStream_t stream);
+  loomResult_t (*backwardInput)(void* user, int stage, int microbatch, const void* gradOutput,
+                                void* gradInput, loomStream_t stream);
+  loomResult_t (*backwardWeight)(void* user, int stage, int microbatch, loomStream_t stream);
+  void* user;
+} loomPipeCallbacks;
+typedef struct loomPipeRunner* loomPipeRunner_t;
+
+/* Collective over pp (size p; pp rank = schedule rank); actBytes[s] for s < S-1. */
+LOOM_API loomResult_t loomPipeRunnerCreate(loomPipeSchedule_t sched, const size_t actBytes[],
+                                           loomPipeRunner_t* runner, loomComm_t pp);
+/* Collective: one iteration of this rank's list. */
+LOOM_API loomResult_t loomPipeRunnerRun(loomPipeRunner_t runner, const loomPipeCallbacks* callbacks,
+                                        loomStream_t stream);
+LOOM_API loomResult_t loomPipeRunnerDestroy(loomPipeRunner_t runner);
+
 /* ---- 7. ZeRO --------------------------------------------------------------------------- */
 
 typedef struct loomZeroLayout* loomZeroLayout_t;
