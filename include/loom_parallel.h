@@ -1,8 +1,8 @@
 /*
  * loom_parallel.h - Loom's parallelism primitives (libloom_parallel): tensors, the device
  * mesh, tensor- and sequence-parallel collectives and linear layers, vocab-parallel cross
- * entropy and ZeRO. Built on loom.h alone. The contract is the project's PARALLEL.md;
- * docs/PARALLEL.md explains the design.
+ * entropy, pipeline schedules and ZeRO. Built on loom.h alone. The contract is the project's
+ * PARALLEL.md; docs/PARALLEL.md explains the design.
  *
  * Conventions: every function returns loomResult_t; arguments come as inputs, outputs,
  * options, communicator, stream; an options pointer may be NULL (the ..._INIT defaults).
