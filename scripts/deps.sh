@@ -10,9 +10,9 @@ set -euo pipefail
 # python3 and gnuplot-nox: the perf tools' JSON check and perf/plot.
 # clang-format: scripts/format.sh --check, the first step of scripts/test.sh.
 # libopenblas-dev: libloom_parallel's host GEMM (CBLAS); python3-torch: the parallel layer's
-# math checked against PyTorch on CPU (tests/parallel/torch_check.py).
+# math checked against PyTorch on CPU (tests/parallel/torch_check.sh, numpy for its files).
 LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables
-               python3 gnuplot-nox clang-format libopenblas-dev python3-torch)
+               python3 gnuplot-nox clang-format libopenblas-dev python3-torch python3-numpy)
 
 # deps_missing PKG...: prints the ones not installed, space-separated.
 deps_missing() {

@@ -34,6 +34,19 @@ static double load(const void* p, int64_t i, loomDataType_t dt) {
   }
 }
 
+/* C = op(A) * op(B) (+ beta * C) over k, as lin_gemm; an empty C calls nothing, and with no
+ * k the product is zero: C is zeroed (beta 0) or left as it is (beta 1). */
+static loomResult_t lin_product(const struct lin_call* c, int ta, int tb, const struct lin_mat* C,
+                                int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
+                                double beta) {
+  size_t es = par_dtype_size(c->dtype);
+  if (C->rows == 0 || C->cols == 0) return loomSuccess;
+  if (k > 0) return lin_gemm(c, ta, tb, C->rows, C->cols, k, A, lda, B, ldb, beta, C->data, C->ld);
+  for (int64_t i = 0; beta == 0.0 && i < C->rows; i++)
+    memset((char*)C->data + i * C->ld * (int64_t)es, 0, (size_t)C->cols * es);
+  return loomSuccess;
+}
+
 /* Stores v, computed in the dtype's accumulation type (float for the 16-bit types). */
 static void store(void* p, int64_t i, loomDataType_t dt, double v) {
   switch (dt) {
@@ -176,15 +189,7 @@ loomResult_t loomColumnLinearBackwardInput(const loomTensor* dy, const loomTenso
   }
   lin_col_bwd_place(&a, scratch);
   /* The partial sum dy_r * w_r over every token, then summed over the ranks. */
-  if (a.partial.rows > 0 && a.partial.cols > 0) {
-    if (a.dyr.cols > 0)
-      res = lin_gemm(&c, 0, 0, a.partial.rows, a.partial.cols, a.dyr.cols, a.dyr.data, a.dyr.ld,
-                     a.w.data, a.w.ld, 0.0, a.partial.data, a.partial.ld);
-    else
-      for (int64_t i = 0; i < a.partial.rows; i++) /* no columns here: a zero partial */
-        memset((char*)a.partial.data + i * a.partial.ld * (int64_t)par_dtype_size(c.dtype), 0,
-               (size_t)a.partial.cols * par_dtype_size(c.dtype));
-  }
+  res = lin_product(&c, 0, 0, &a.partial, a.dyr.cols, a.dyr.data, a.dyr.ld, a.w.data, a.w.ld, 0.0);
   if (res == loomSuccess && c.sp)
     res = loomReduceScatterDim(&a.partial_t, dx, c.seq_dim, c.opts.seqSplits, loomSum, tp, NULL);
   else if (res == loomSuccess)
@@ -213,15 +218,8 @@ loomResult_t loomRowLinearBackwardInput(const loomTensor* dy, const loomTensor* 
   }
   lin_row_bwd_place(&a, scratch);
   if (c.sp) res = loomAllGatherDim(dy, &a.dyfull_t, c.seq_dim, c.opts.seqSplits, tp, NULL);
-  if (res == loomSuccess && a.dx.rows > 0 && a.dx.cols > 0) {
-    if (a.dyf.cols > 0)
-      res = lin_gemm(&c, 0, 0, a.dx.rows, a.dx.cols, a.dyf.cols, a.dyf.data, a.dyf.ld, a.w.data,
-                     a.w.ld, 0.0, a.dx.data, a.dx.ld);
-    else
-      for (int64_t i = 0; i < a.dx.rows; i++)
-        memset((char*)a.dx.data + i * a.dx.ld * (int64_t)par_dtype_size(c.dtype), 0,
-               (size_t)a.dx.cols * par_dtype_size(c.dtype));
-  }
+  if (res == loomSuccess)
+    res = lin_product(&c, 0, 0, &a.dx, a.dyf.cols, a.dyf.data, a.dyf.ld, a.w.data, a.w.ld, 0.0);
   free(scratch);
   lin_call_fini(&c);
   return res;
@@ -247,16 +245,7 @@ loomResult_t loomRowLinearForward(const loomTensor* x, const loomTensor* w, cons
     return res;
   }
   lin_row_fwd_place(&c, &a, scratch);
-  size_t es = par_dtype_size(c.dtype);
-  if (a.partial.rows > 0 && a.partial.cols > 0) {
-    if (a.x.cols > 0)
-      res = lin_gemm(&c, 0, 1, a.partial.rows, a.partial.cols, a.x.cols, a.x.data, a.x.ld, a.w.data,
-                     a.w.ld, 0.0, a.partial.data, a.partial.ld);
-    else
-      for (int64_t i = 0; i < a.partial.rows; i++)
-        memset((char*)a.partial.data + i * a.partial.ld * (int64_t)es, 0,
-               (size_t)a.partial.cols * es);
-  }
+  res = lin_product(&c, 0, 1, &a.partial, a.x.cols, a.x.data, a.x.ld, a.w.data, a.w.ld, 0.0);
   if (res == loomSuccess && c.sp)
     res = loomReduceScatterDim(&a.partial_t, y, c.seq_dim, c.opts.seqSplits, loomSum, tp, NULL);
   else if (res == loomSuccess)
@@ -280,16 +269,7 @@ loomResult_t loomLinearBackwardWeight(const loomTensor* x, const loomTensor* dy,
   res = par_enter(NULL, fn, stream);
   if (res != loomSuccess) return res;
   double beta = c.opts.accumulate ? 1.0 : 0.0;
-  if (a.dw.rows > 0 && a.dw.cols > 0) {
-    if (a.x.rows > 0) {
-      res = lin_gemm(&c, 1, 0, a.dw.rows, a.dw.cols, a.x.rows, a.dy.data, a.dy.ld, a.x.data, a.x.ld,
-                     beta, a.dw.data, a.dw.ld);
-    } else if (!c.opts.accumulate) { /* no rows: dw = 0 */
-      for (int64_t i = 0; i < a.dw.rows; i++)
-        memset((char*)a.dw.data + i * a.dw.ld * (int64_t)par_dtype_size(c.dtype), 0,
-               (size_t)a.dw.cols * par_dtype_size(c.dtype));
-    }
-  }
+  res = lin_product(&c, 1, 0, &a.dw, a.x.rows, a.dy.data, a.dy.ld, a.x.data, a.x.ld, beta);
   if (res != loomSuccess || db == NULL) return res;
   /* db = sum over rows of dy, in the accumulation type, in row order. */
   for (int64_t j = 0; j < a.dy.cols; j++) {

@@ -18,22 +18,7 @@ using Bytes = std::vector<unsigned char>;
 constexpr unsigned char kSentinel = 0xA5;
 
 size_t dsize(loomDataType_t dt) {
-  switch (dt) {
-    case loomInt8:
-    case loomUint8:
-    case loomFloat8e4m3:
-    case loomFloat8e5m2:
-      return 1;
-    case loomFloat16:
-    case loomBfloat16:
-      return 2;
-    case loomInt32:
-    case loomUint32:
-    case loomFloat32:
-      return 4;
-    default:
-      return 8;
-  }
+  return shim::dtype_size(dt);
 }
 
 // ---- Tensors over their own storage --------------------------------------------------------
