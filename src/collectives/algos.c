@@ -155,7 +155,7 @@ loomResult_t algo_plan_cached(const struct coll_task* t, struct plan_obj** out) 
       *out = cc->plans[i].obj;
       return loomSuccess;
     }
-  struct plan_obj* o;
+  struct plan_obj* o = NULL;
   LOOM_CHECK(plan_obj_build(t, &o));
   int slot = cc->plans_next;
   cc->plans_next = (slot + 1) % PLAN_CACHE;

@@ -27,6 +27,7 @@ struct call {
   struct loom_stream* stream; /* NULL: run now */
   enum mem_kind mem;          /* of the buffers checked so far (MEM_HOST: none yet) */
   const char* mem_first;      /* the first buffer classified; NULL: none yet */
+  const void* mem_ptr;        /* ... and its address (an in-place call's second is not asked) */
 };
 
 /* The checks every call shares: comm, datatype, stream. */
@@ -36,6 +37,7 @@ static loomResult_t call_begin(struct call* c, const char* fn, loomComm_t comm,
   c->stream = NULL;
   c->mem = MEM_HOST;
   c->mem_first = NULL;
+  c->mem_ptr = NULL;
   if (!comm) return bad(NULL, fn, "communicator is NULL");
   LOOM_CHECK(comm_get(comm, fn, &c->comm));
   if ((unsigned)dtype >= (unsigned)loomNumTypes) {
@@ -77,10 +79,12 @@ static loomResult_t check_size(const struct call* c, const char* name, size_t co
  * is of one kind, and the call's stream can serve it. */
 static loomResult_t check_kind(struct call* c, const char* name, const void* p) {
   char why[320];
+  if (p == c->mem_ptr) return loomSuccess; /* in place: this buffer was classified */
   enum mem_kind k = mem_kind_of(p, NULL);
   if (!c->mem_first) {
     c->mem = k;
     c->mem_first = name;
+    c->mem_ptr = p;
   } else if (k != c->mem) {
     snprintf(why, sizeof(why),
              "%s is %s memory but %s is %s memory: the buffers of one call must all be host "
@@ -88,6 +92,8 @@ static loomResult_t check_kind(struct call* c, const char* name, const void* p) 
              name, mem_kind_name(k), c->mem_first, mem_kind_name(c->mem));
     return bad(c->comm, c->fn, why);
   }
+  /* Host memory on a NULL or host stream: the host executor, which every build has. */
+  if (k == MEM_HOST && (!c->stream || stream_kind_of(c->stream) == STREAM_HOST)) return loomSuccess;
   if (!exec_pick(c->stream, k)) {
     snprintf(why, sizeof(why), "%s is %s memory, which %s", name, mem_kind_name(k),
              exec_refusal(c->stream, k));

@@ -96,10 +96,8 @@ struct coll_comm {
   pthread_mutex_t ops_lock;
   struct premul_op ops[COLL_MAX_PREMUL];
   /* Launches prepared on this communicator and not yet released; teardown
-   * waits for none (idle_cond, under idle_lock). */
+   * waits (polling) until there are none. */
   _Atomic int inflight;
-  pthread_mutex_t idle_lock;
-  pthread_cond_t idle_cond;
   struct scratch_obj* scratch; /* the current scratch (a reference); under exec_lock */
   /* The tuner's constants, rank 0's for every rank: ranks that calibrated
    * apart would otherwise disagree on plans. */
@@ -147,8 +145,8 @@ static inline int redop_is_premul(loomRedOp_t op) {
  * failure. */
 loomResult_t group_submit(const struct coll_task* t);
 
-/* exec_host.c: a launch on comm was released; wakes teardown when it was
- * the last. */
+/* exec_host.c: a launch on comm was released; the caller's last touch of
+ * comm (teardown polls the count). */
 void coll_inflight_done(struct loom_comm* comm);
 
 /* algos.c: the plan of a collective task, by the algorithm the tuner picks

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "collectives/coll.h"
@@ -65,8 +66,6 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
   if (!cc) return err_set(comm, loomSystemError, "out of memory");
   pthread_mutex_init(&cc->exec_lock, NULL);
   pthread_mutex_init(&cc->ops_lock, NULL);
-  pthread_mutex_init(&cc->idle_lock, NULL);
-  pthread_cond_init(&cc->idle_cond, NULL);
   atomic_init(&cc->inflight, 0);
   atomic_init(&cc->serving, 0);
   atomic_init(&cc->turn_waiters, 0);
@@ -94,8 +93,6 @@ void coll_comm_fini(struct loom_comm* comm) {
   if (!cc) return;
   pthread_mutex_destroy(&cc->exec_lock);
   pthread_mutex_destroy(&cc->ops_lock);
-  pthread_mutex_destroy(&cc->idle_lock);
-  pthread_cond_destroy(&cc->idle_cond);
   scratch_obj_unref(cc->scratch);
   free(cc->host_of);
   for (int i = 0; i < PLAN_CACHE; i++) plan_obj_unref(cc->plans[i].obj);
@@ -293,9 +290,15 @@ static loomResult_t boot_broke(struct loom_comm* comm, loomResult_t r) {
 static void wait_queued(struct loom_comm* comm) {
   struct coll_comm* cc = comm->coll;
   if (!cc) return;
-  pthread_mutex_lock(&cc->idle_lock);
-  while (atomic_load(&cc->inflight) > 0) pthread_cond_wait(&cc->idle_cond, &cc->idle_lock);
-  pthread_mutex_unlock(&cc->idle_lock);
+  /* Polled, not waited for on a condition: a release's decrement is its
+   * last touch of the communicator (coll_inflight_done), so the launch path
+   * takes no lock for it and teardown, which is rare, naps instead. */
+  long nap_ns = 1000;
+  while (atomic_load(&cc->inflight) > 0) {
+    struct timespec ts = {0, nap_ns};
+    nanosleep(&ts, NULL);
+    nap_ns = LOOM_MIN(nap_ns * 2, 1000000L);
+  }
 }
 
 loomResult_t loomCommFinalize(loomComm_t handle) {

@@ -719,7 +719,16 @@ static void runs_make(struct host_launch* h, struct coll_task* tasks, int ntasks
   /* A consistent lock order, so two threads preparing launches over the same
    * communicators cannot deadlock on the locks, and take their turns in the
    * same order on every communicator they share. */
-  qsort(h->runs, (size_t)nruns, sizeof(*h->runs), comm_order);
+  if (nruns > 8) {
+    qsort(h->runs, (size_t)nruns, sizeof(*h->runs), comm_order);
+  } else { /* the usual launch: one or two runs, where qsort's set-up costs more */
+    for (int i = 1; i < nruns; i++)
+      for (int j = i; j > 0 && comm_order(&h->runs[j - 1], &h->runs[j]) > 0; j--) {
+        struct comm_run t = h->runs[j];
+        h->runs[j] = h->runs[j - 1];
+        h->runs[j - 1] = t;
+      }
+  }
   for (int i = 0; i < nruns; i++)
     h->runs[i].first_of_comm = i == 0 || h->runs[i].comm != h->runs[i - 1].comm;
 }
@@ -823,8 +832,6 @@ const struct loom_executor exec_host = {
 };
 
 void coll_inflight_done(struct loom_comm* comm) {
-  struct coll_comm* cc = comm->coll;
-  pthread_mutex_lock(&cc->idle_lock);
-  if (atomic_fetch_sub(&cc->inflight, 1) == 1) pthread_cond_broadcast(&cc->idle_cond);
-  pthread_mutex_unlock(&cc->idle_lock);
+  /* The last touch of comm: once the count is 0, teardown may free it. */
+  atomic_fetch_sub(&comm->coll->inflight, 1);
 }
