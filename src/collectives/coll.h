@@ -96,7 +96,7 @@ struct coll_comm {
   pthread_mutex_t ops_lock;
   struct premul_op ops[COLL_MAX_PREMUL];
   /* Launches prepared on this communicator and not yet released; teardown
-   * waits (polling) until there are none. */
+   * waits until there are none (coll_inflight_wait). */
   _Atomic int inflight;
   struct scratch_obj* scratch; /* the current scratch (a reference); under exec_lock */
   /* The tuner's constants, rank 0's for every rank: ranks that calibrated
@@ -145,9 +145,11 @@ static inline int redop_is_premul(loomRedOp_t op) {
  * failure. */
 loomResult_t group_submit(const struct coll_task* t);
 
-/* exec_host.c: a launch on comm was released; the caller's last touch of
- * comm (teardown polls the count). */
+/* exec_host.c: a launch on comm was released: the caller's last touch of
+ * comm. coll_inflight_wait returns when no launch of cc is in flight
+ * (teardown). */
 void coll_inflight_done(struct loom_comm* comm);
+void coll_inflight_wait(struct coll_comm* cc);
 
 /* algos.c: the plan of a collective task, by the algorithm the tuner picks
  * among those that can serve it. out is initialised here. */

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "collectives/coll.h"
@@ -290,15 +289,7 @@ static loomResult_t boot_broke(struct loom_comm* comm, loomResult_t r) {
 static void wait_queued(struct loom_comm* comm) {
   struct coll_comm* cc = comm->coll;
   if (!cc) return;
-  /* Polled, not waited for on a condition: a release's decrement is its
-   * last touch of the communicator (coll_inflight_done), so the launch path
-   * takes no lock for it and teardown, which is rare, naps instead. */
-  long nap_ns = 1000;
-  while (atomic_load(&cc->inflight) > 0) {
-    struct timespec ts = {0, nap_ns};
-    nanosleep(&ts, NULL);
-    nap_ns = LOOM_MIN(nap_ns * 2, 1000000L);
-  }
+  coll_inflight_wait(cc);
 }
 
 loomResult_t loomCommFinalize(loomComm_t handle) {

@@ -831,7 +831,26 @@ const struct loom_executor exec_host = {
     .release = host_release,
 };
 
+/* Teardown's doorbell: process-wide, so that a release can ring it after its
+ * last touch of the communicator, which teardown may free as soon as the
+ * count reads 0. Rung only while someone waits on it. */
+static struct bell idle_bell;
+static _Atomic int idle_waiters;
+
 void coll_inflight_done(struct loom_comm* comm) {
-  /* The last touch of comm: once the count is 0, teardown may free it. */
-  atomic_fetch_sub(&comm->coll->inflight, 1);
+  /* Both sides are sequentially consistent: either this release sees the
+   * waiter counted, or the waiter's look at the count sees this decrement. */
+  if (atomic_fetch_sub(&comm->coll->inflight, 1) == 1 && atomic_load(&idle_waiters) > 0)
+    bell_ring(&idle_bell);
+}
+
+void coll_inflight_wait(struct coll_comm* cc) {
+  if (atomic_load(&cc->inflight) == 0) return;
+  atomic_fetch_add(&idle_waiters, 1);
+  for (;;) {
+    uint32_t seen = bell_read(&idle_bell);
+    if (atomic_load(&cc->inflight) == 0) break;
+    bell_wait(&idle_bell, seen, 100000); /* each launch has deadlines of its own */
+  }
+  atomic_fetch_sub(&idle_waiters, 1);
 }
