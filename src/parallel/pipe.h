@@ -13,9 +13,12 @@ struct loomPipeSchedule {
   int* counts;            /* [p] */
 };
 
-/* pipe_sim.c: the binding simulator; fn names the public call in a deadlock report. */
+/* pipe_sim.c: the binding simulator; fn names the public call in a deadlock report. start
+ * (NULL, or one array of counts[r] per rank) gets the time each action begins: a compute's
+ * start, a send's departure, a receive's arrival (the tool loom_pipe draws from it). */
 loomResult_t pipe_simulate(const struct loomPipeSchedule* s, const loomPipeCosts* costs,
-                           const char* fn, loomPipeStats* stats, double idle[], int peak[]);
+                           const char* fn, loomPipeStats* stats, double idle[], int peak[],
+                           double* const start[]);
 /* pipe_sim.c: the validity rules other than the simulation (user schedules). */
 loomResult_t pipe_check_rules(const struct loomPipeSchedule* s, const char* fn);
 

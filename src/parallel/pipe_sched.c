@@ -429,7 +429,7 @@ loomResult_t loomPipeScheduleFromActions(int numRanks, int numStages, const int 
   if (rc == loomSuccess) {
     loomPipeCosts unit = {1, 1, 1, 0};
     loomPipeStats st;
-    rc = pipe_simulate(s, &unit, FROM, &st, NULL, NULL);
+    rc = pipe_simulate(s, &unit, FROM, &st, NULL, NULL, NULL);
   }
   if (rc != loomSuccess) {
     sched_free(s);

@@ -164,6 +164,7 @@ typedef struct {
   double *clock, *busy, *dep[2]; /* [p], [p], departures of SendF / SendB by sender key */
   unsigned char* sent[2];
   int *idx, *live, *peak; /* [p] next action, F done - B done, its maximum */
+  double* const* start;   /* NULL, or [p][counts[r]]: when each action began */
 } sim;
 
 /* Moves rank r as far as it can; returns how many actions it took. */
@@ -173,12 +174,16 @@ static long sim_walk(sim* z, int r) {
   for (; z->idx[r] < s->counts[r]; z->idx[r]++, moved++) {
     const loomPipeAction* a = &s->lists[r][z->idx[r]];
     int k = key(s, a->stage, a->microbatch), d = a->op >= loomPipeSendB;
+    int recv = a->op == loomPipeRecvF || a->op == loomPipeRecvB;
     double cost = a->op == loomPipeF ? z->c->f : a->op == loomPipeB ? z->c->b : z->c->w;
-    if (a->op == loomPipeRecvF || a->op == loomPipeRecvB) {
+    if (recv) {
       int from = key(s, a->stage + (d ? 1 : -1), a->microbatch);
       if (!z->sent[d][from]) break;
       if (z->dep[d][from] + z->c->comm > z->clock[r]) z->clock[r] = z->dep[d][from] + z->c->comm;
-    } else if (a->op == loomPipeSendF || a->op == loomPipeSendB) {
+    }
+    if (z->start != NULL) z->start[r][z->idx[r]] = z->clock[r]; /* a receive: its arrival */
+    if (recv) continue;
+    if (a->op == loomPipeSendF || a->op == loomPipeSendB) {
       z->dep[d][k] = z->clock[r];
       z->sent[d][k] = 1;
     } else {
@@ -226,7 +231,8 @@ static void sim_report(const sim* z, loomPipeStats* stats, double idle[], int pe
 }
 
 loomResult_t pipe_simulate(const struct loomPipeSchedule* s, const loomPipeCosts* costs,
-                           const char* fn, loomPipeStats* stats, double idle[], int peak[]) {
+                           const char* fn, loomPipeStats* stats, double idle[], int peak[],
+                           double* const start[]) {
   size_t n = (size_t)s->S * s->m, p = (size_t)s->p;
   double* d = calloc(2 * n + 2 * p, sizeof(double));
   int* i = calloc(3 * p, sizeof(int));
@@ -235,7 +241,7 @@ loomResult_t pipe_simulate(const struct loomPipeSchedule* s, const loomPipeCosts
     free(d), free(i), free(u);
     return par_fail(NULL, loomSystemError, fn, "out of memory");
   }
-  sim z = {s, costs, d, d + p, {d + 2 * p, d + 2 * p + n}, {u, u + n}, i, i + p, i + 2 * p};
+  sim z = {s, costs, d, d + p, {d + 2 * p, d + 2 * p + n}, {u, u + n}, i, i + p, i + 2 * p, start};
   loomResult_t rc = sim_run(&z, fn);
   if (rc == loomSuccess) sim_report(&z, stats, idle, peak);
   free(d), free(i), free(u);
@@ -258,5 +264,5 @@ loomResult_t loomPipeSimulate(loomPipeSchedule_t sched, const loomPipeCosts* cos
   if (rc == loomSuccess) rc = sim_cost(fn, "w", costs->w);
   if (rc == loomSuccess) rc = sim_cost(fn, "comm", costs->comm);
   if (rc != loomSuccess) return rc;
-  return pipe_simulate(sched, costs, fn, stats, rankIdle, rankPeakActivations);
+  return pipe_simulate(sched, costs, fn, stats, rankIdle, rankPeakActivations, NULL);
 }

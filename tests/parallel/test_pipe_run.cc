@@ -6,6 +6,7 @@
 // error, not a hang. Section 8's pipeline misuse of the runner.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -129,7 +130,8 @@ struct Stages {
   std::mt19937 rng;
   int max_sleep_us = 0;
   int fail_op = -1, fail_stage = -1, fail_mb = -1;  // loomPipeOp_t of the callback to fail
-  std::vector<std::string> broken;                  // contract breaches seen by the callbacks
+  bool die = false;  // the failing callback kills its process instead of returning an error
+  std::vector<std::string> broken;  // contract breaches seen by the callbacks
 
   Stages(const Model& model, int r, int mbs, const std::vector<int>& sr)
       : M(&model), rank(r), m(mbs), stage_rank(sr), losses(mbs, 0.0), g(model.S), rng(77 + r) {}
@@ -142,7 +144,9 @@ struct Stages {
     broken.push_back(buf);
   }
   bool fails(int op, int s, int i) const {
-    return op == fail_op && s == fail_stage && i == fail_mb;
+    bool f = op == fail_op && s == fail_stage && i == fail_mb;
+    if (f && die) raise(SIGKILL);
+    return f;
   }
 };
 
@@ -343,7 +347,9 @@ TEST_P(PipeRun, RandomSleepsAndAHostStream) {
 INSTANTIATE_TEST_SUITE_P(, PipeRun,
                          ::testing::Values(RanksMode{1, Mode::Thread}, RanksMode{2, Mode::Proc},
                                            RanksMode{2, Mode::Thread}, RanksMode{3, Mode::Proc},
-                                           RanksMode{3, Mode::Thread}, RanksMode{4, Mode::Proc}),
+                                           RanksMode{3, Mode::Thread}, RanksMode{4, Mode::Proc},
+                                           RanksMode{4, Mode::Thread}, RanksMode{8, Mode::Proc},
+                                           RanksMode{8, Mode::Thread}),
                          partest::ranks_mode_name);
 
 // ---- A callback's error ----------------------------------------------------------------------
@@ -398,6 +404,40 @@ INSTANTIATE_TEST_SUITE_P(, PipeRunError,
                          ::testing::Values(RanksMode{2, Mode::Proc}, RanksMode{2, Mode::Thread},
                                            RanksMode{3, Mode::Proc}, RanksMode{3, Mode::Thread}),
                          partest::ranks_mode_name);
+
+// A rank killed (SIGKILL) in the middle of a 1F1B run, in its forward of microbatch 2: every
+// other rank's run returns an error (the harness bounds the whole run, so a hang fails it).
+TEST(PipeRunKilled, Proc4TheOthersGetAnError) {
+  const int victim = 1;
+  harness::Opts o = partest::opts();
+  o.comm_timeout_ms = 4000;
+  o.expect_killed = {victim};
+  harness::run(
+      4, Mode::Proc,
+      [victim](Ctx& c) {
+        const int m = 6, S = c.nranks;
+        Sched sc;
+        ASSERT_LOOM_OK(loomPipeScheduleCreate(loomPipe1F1B, S, m, 1, &sc.s));
+        Model M(S);
+        std::vector<size_t> act(S, kActBytes);
+        Runner rn;
+        ASSERT_LOOM_OK(loomPipeRunnerCreate(sc.s, act.data(), &rn.r, c.comm));
+        Stages st(M, c.rank, m, stage_ranks(sc.s, S));
+        st.fail_op = loomPipeF;
+        st.fail_stage = victim;
+        st.fail_mb = 2;
+        st.die = true;
+        loomPipeCallbacks cb = callbacks_of(st);
+        loomResult_t r = loomPipeRunnerRun(rn.r, &cb, nullptr);
+        ASSERT_NE(c.rank, victim) << "the victim survived its SIGKILL";
+        EXPECT_NE(r, loomSuccess) << "rank " << c.rank << " finished a run its peer died in";
+        EXPECT_FALSE(std::string(loomGetLastError(c.comm)).empty());
+        EXPECT_EQ(loomPipeRunnerRun(rn.r, &cb, nullptr), loomInvalidUsage);
+        loomCommAbort(c.comm);  // its peer is dead: abort rather than destroy
+        c.comm = nullptr;
+      },
+      o);
+}
 
 // ---- Misuse ----------------------------------------------------------------------------------
 

@@ -131,8 +131,8 @@ const loomPipeCosts kCosts[] = {{1, 1, 1, 0}, {1, 2, 1, 0}, {2, 3, 0.5, 0}, {0.2
 
 TEST(PipeSched, AfabAnd1f1bMakespanBubblePeaks) {
   for (int kind : {loomPipeAFAB, loomPipe1F1B})
-    for (int p = 1; p <= 6; p++)
-      for (int m : {1, 2, 3, p, 2 * p + 1, 9}) {
+    for (int p = 1; p <= 8; p++)
+      for (int m : {1, 2, 3, p, 2 * p + 1, 9, 4 * p}) {
         Made g;
         make(g, (loomPipeKind_t)kind, p, m, 1);
         for (const auto& c : kCosts) {
@@ -150,9 +150,9 @@ TEST(PipeSched, AfabAnd1f1bMakespanBubblePeaks) {
 }
 
 TEST(PipeSched, InterleavedMakespanPeaks) {
-  for (int p = 1; p <= 6; p++)
+  for (int p = 1; p <= 8; p++)
     for (int v : {2, 3})
-      for (int m : {p, 2 * p, 3 * p}) {
+      for (int m : {p, 2 * p, 3 * p, 4 * p}) {
         Made g;
         make(g, loomPipeInterleaved1F1B, p, m, v);
         Sim o = simulate(g.s.s, p, {1, 1, 1, 0});
@@ -165,8 +165,8 @@ TEST(PipeSched, InterleavedMakespanPeaks) {
 }
 
 TEST(PipeSched, Zbh1MakespanPeaks) {
-  for (int p = 1; p <= 6; p++)
-    for (int m = 1; m <= 2 * p + 3; m++) {
+  for (int p = 1; p <= 8; p++)
+    for (int m = 1; m <= 4 * p; m++) {
       Made g;
       make(g, loomPipeZBH1, p, m, 1);
       Sim o = simulate(g.s.s, p, {1, 1, 1, 0});
@@ -178,8 +178,8 @@ TEST(PipeSched, Zbh1MakespanPeaks) {
 }
 
 TEST(PipeSched, ZbvMakespanPeaks) {
-  for (int p = 1; p <= 6; p++)
-    for (int m = 1; m <= 3 * p + 2; m++) {
+  for (int p = 1; p <= 8; p++)
+    for (int m = 1; m <= 4 * p; m++) {
       Made g;
       make(g, loomPipeZBV, p, m, 2);
       Sim o = simulate(g.s.s, p, {1, 1, 1, 0});
@@ -192,8 +192,8 @@ TEST(PipeSched, ZbvMakespanPeaks) {
 }
 
 TEST(PipeSched, DualPipeVMakespanPeaks) {
-  for (int p = 1; p <= 6; p++)
-    for (int m = 2 * p; m <= 3 * p + 2; m++) {
+  for (int p = 1; p <= 8; p++)
+    for (int m = 2 * p; m <= 4 * p; m++) {
       Made g;
       make(g, loomPipeDualPipeV, p, m, 2);
       Sim o = simulate(g.s.s, p, {1, 1, 1, 0});
