@@ -53,7 +53,7 @@ static loomResult_t gather_root(struct bootstrap* b, uint32_t tag, const void* i
 }
 
 static loomResult_t gather_leaf(struct bootstrap* b, uint32_t tag, const void* in, size_t len,
-                                void* out, const struct deadline* dl) {
+                                void* out, const struct deadline* dl, int root_only) {
   struct loom_comm* comm = b->comm;
   size_t total = len * (size_t)comm->nranks;
   char what[48];
@@ -64,7 +64,8 @@ static loomResult_t gather_leaf(struct bootstrap* b, uint32_t tag, const void* i
   if (err != 0) return boot_send_error(b, err, what, 0);
   struct boot_mail* m;
   snprintf(what, sizeof(what), "all-gather #%u result", tag);
-  LOOM_CHECK(boot_mail_wait(b, BOOT_DATA, tag, 0, what, dl, &m));
+  LOOM_CHECK(root_only ? boot_mail_wait_sender(b, BOOT_DATA, tag, 0, what, dl, &m)
+                       : boot_mail_wait(b, BOOT_DATA, tag, 0, what, dl, &m));
   if (m->len != total) {
     size_t got = m->len;
     free(m);
@@ -75,8 +76,8 @@ static loomResult_t gather_leaf(struct bootstrap* b, uint32_t tag, const void* i
   return loomSuccess;
 }
 
-loomResult_t boot_allgather(struct loom_comm* comm, const void* in, size_t len, void* out,
-                            const struct deadline* dl) {
+static loomResult_t allgather(struct loom_comm* comm, const void* in, size_t len, void* out,
+                              const struct deadline* dl, int root_only) {
   struct bootstrap* b = comm->boot;
   if (b == NULL)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidUsage,
@@ -95,16 +96,29 @@ loomResult_t boot_allgather(struct loom_comm* comm, const void* in, size_t len, 
     return loomSuccess;
   }
   if (comm->rank == 0) return gather_root(b, tag, in, len, out, dl);
-  return gather_leaf(b, tag, in, len, out, dl);
+  return gather_leaf(b, tag, in, len, out, dl, root_only);
 }
 
-loomResult_t boot_barrier(struct loom_comm* comm, const struct deadline* dl) {
+loomResult_t boot_allgather(struct loom_comm* comm, const void* in, size_t len, void* out,
+                            const struct deadline* dl) {
+  return allgather(comm, in, len, out, dl, 0);
+}
+
+static loomResult_t barrier(struct loom_comm* comm, const struct deadline* dl, int root_only) {
   uint8_t one = 1;
   uint8_t* all = malloc((size_t)comm->nranks);
   if (all == NULL)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomSystemError,
                        "bootstrap: out of memory for a barrier of %d ranks", comm->nranks);
-  loomResult_t res = boot_allgather(comm, &one, 1, all, dl);
+  loomResult_t res = allgather(comm, &one, 1, all, dl, root_only);
   free(all);
   return res;
+}
+
+loomResult_t boot_barrier(struct loom_comm* comm, const struct deadline* dl) {
+  return barrier(comm, dl, 0);
+}
+
+loomResult_t boot_barrier_init_done(struct loom_comm* comm, const struct deadline* dl) {
+  return barrier(comm, dl, 1);
 }

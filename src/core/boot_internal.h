@@ -223,6 +223,12 @@ void boot_mail_wake(struct bootstrap* b);
  * names it in messages: "all-gather #3 data"). */
 loomResult_t boot_mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
                             const char* what, const struct deadline* dl, struct boot_mail** out);
+/* The same, but a failure of the communicator does not end the wait, only
+ * from's departure, the deadline or the abort flag: for a message whose
+ * sender decides alone whether it comes (init's last barrier). */
+loomResult_t boot_mail_wait_sender(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
+                                   const char* what, const struct deadline* dl,
+                                   struct boot_mail** out);
 /* peer left the communicator while this rank still needed it (doing:
  * "rank 1 still waited for all-gather #3 data"): records the failure (rank
  * 0: tells everyone) and returns it. */

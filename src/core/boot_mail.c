@@ -49,10 +49,11 @@ static struct boot_mail* mail_take_locked(struct bootstrap* b, uint16_t type, ui
 }
 
 /* Why a wait must stop, or loomSuccess to go on waiting. */
-static loomResult_t wait_verdict(struct loom_comm* comm, const struct deadline* dl) {
+static loomResult_t wait_verdict(struct loom_comm* comm, const struct deadline* dl,
+                                 int sender_only) {
   if (atomic_load(&comm->aborted)) return loomInvalidUsage;
   int err = atomic_load(&comm->async_error);
-  if (err != loomSuccess && err != loomInProgress) return (loomResult_t)err;
+  if (!sender_only && err != loomSuccess && err != loomInProgress) return (loomResult_t)err;
   if (deadline_passed(dl)) return loomTimeout;
   return loomSuccess;
 }
@@ -98,15 +99,16 @@ loomResult_t boot_peer_left_error(struct bootstrap* b, int peer, const char* doi
   return comm_health(b->comm);
 }
 
-loomResult_t boot_mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
-                            const char* what, const struct deadline* dl, struct boot_mail** out) {
+static loomResult_t mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
+                              const char* what, const struct deadline* dl, int sender_only,
+                              struct boot_mail** out) {
   uint64_t start = time_now_ns();
   loomResult_t verdict = loomSuccess;
   struct boot_mail* m;
   int left = 0;
   pthread_mutex_lock(&b->mail_lock);
   while ((m = mail_take_locked(b, type, tag, from)) == NULL) {
-    verdict = wait_verdict(b->comm, dl);
+    verdict = wait_verdict(b->comm, dl, sender_only);
     if (verdict != loomSuccess) break;
     /* Its goodbye follows its messages on the socket they come by, and the
      * watcher files a message before it reads what follows: no message
@@ -125,6 +127,17 @@ loomResult_t boot_mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, in
   if (m == NULL) return wait_error(b, verdict, what, from, start);
   *out = m;
   return loomSuccess;
+}
+
+loomResult_t boot_mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
+                            const char* what, const struct deadline* dl, struct boot_mail** out) {
+  return mail_wait(b, type, tag, from, what, dl, 0, out);
+}
+
+loomResult_t boot_mail_wait_sender(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
+                                   const char* what, const struct deadline* dl,
+                                   struct boot_mail** out) {
+  return mail_wait(b, type, tag, from, what, dl, 1, out);
 }
 
 static int peer_has_left(const struct bootstrap* b, int peer) {

@@ -224,10 +224,19 @@ void boot_peer_leaves(struct bootstrap* b, int peer) {
 void boot_peer_failed(struct bootstrap* b, int peer, loomResult_t code, const char* why) {
   struct boot_link* l = link_of(b, peer);
   if (l != NULL && atomic_exchange(&l->dead, 1)) return; /* reported already */
-  /* Tell the others first: once local waiters wake, this rank may tear its
-   * sockets down, and the notice would be lost. */
-  if (b->comm->rank == 0) failure_broadcast(b, peer, code, why);
-  comm_set_failed(b->comm, peer, code, "%s", why);
+  if (b->comm->rank != 0) {
+    comm_set_failed(b->comm, peer, code, "%s", why);
+  } else {
+    /* Tell the others first: once local waiters wake, this rank may tear
+     * its sockets down, and the notice would be lost. Yet recorded first:
+     * a peer that exits on hearing it must not become the cause here. */
+    int first = comm_fail_reserve(b->comm, peer, code, "%s", why);
+    failure_broadcast(b, peer, code, why);
+    if (first)
+      comm_fail_publish(b->comm);
+    else
+      comm_set_failed(b->comm, peer, code, "%s", why); /* wakes; keeps the first cause */
+  }
   boot_mail_wake(b);
 }
 

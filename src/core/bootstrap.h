@@ -172,6 +172,13 @@ loomResult_t boot_init(struct loom_comm* comm, const struct boot_id* id,
 loomResult_t boot_allgather(struct loom_comm* comm, const void* in, size_t len, void* out,
                             const struct deadline* dl);
 loomResult_t boot_barrier(struct loom_comm* comm, const struct deadline* dl);
+/* Init's last barrier: once rank 0 has every rank's arrival, every rank's
+ * init succeeds. A rank other than 0 waits for rank 0's word only (its
+ * departure, the deadline or an abort end the wait, not a failure that
+ * another peer reports): a peer that returned from init and failed at once
+ * (an abort right after init) is the next operation's error, not init's,
+ * on every rank. A failing rank 0 tears down, which its peers see. */
+loomResult_t boot_barrier_init_done(struct loom_comm* comm, const struct deadline* dl);
 
 /* ---- Rank to rank (what a connection-oriented transport swaps endpoint
  * addresses with) ---- */

@@ -129,41 +129,82 @@ loomResult_t comm_end(loomComm_t handle, const char* fn, struct loom_comm** out)
   return loomSuccess;
 }
 
-void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...) {
+/* "rank R: text" (texts from err_set already name the rank). */
+static void fail_text(const struct loom_comm* comm, char full[LOOM_ERR_LEN], const char* fmt,
+                      va_list ap) {
   char text[LOOM_ERR_LEN - 32];
+  vsnprintf(text, sizeof(text), fmt, ap);
+  if (strncmp(text, "rank ", 5) == 0)
+    snprintf(full, LOOM_ERR_LEN, "%s", text);
+  else
+    snprintf(full, LOOM_ERR_LEN, "rank %d: %s", comm->rank, text);
+}
+
+/* Records full as the cause when it is the first; under err_lock. The code
+ * and its text change together, so a reader never sees a failure without
+ * its cause. publish 0 keeps the code pending (comm_fail_reserve). */
+static int fail_record_locked(struct loom_comm* comm, int peer, loomResult_t code, const char* full,
+                              int publish) {
+  int now = atomic_load(&comm->async_error);
+  if (!(now == loomSuccess || now == loomInProgress) || comm->fail_pending != loomSuccess) return 0;
+  int blame_pid = (peer >= 0 && peer < comm->nranks && comm->peers) ? comm->peers[peer].pid : 0;
+  if (peer >= 0) atomic_store(&comm->failed_peer, peer);
+  memcpy(comm->last_error, full, LOOM_ERR_LEN);
+  memcpy(comm->fail_error, full, LOOM_ERR_LEN);
+  /* The launcher hears the blame before any thread can see the failure: a
+   * caller that sees it may exit at once, and the blame sent after that
+   * would never leave (a send that never blocks). */
+  report_blame(blame_pid);
+  if (publish)
+    atomic_store(&comm->async_error, (int)code);
+  else
+    comm->fail_pending = (int)code;
+  return 1;
+}
+
+/* After the first failure became visible: from the local copy, since
+ * last_error may change under its lock. */
+static void fail_announce(struct loom_comm* comm, const char* full) {
+  comm_state_changed(comm); /* a non-blocking init that failed has ended */
+  LOOM_WARN(SUB_ALL, "%s", full);
+  forming_stop(comm);
+  err_copy_to_thread(full);
+}
+
+void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...) {
+  char full[LOOM_ERR_LEN];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(text, sizeof(text), fmt, ap);
+  fail_text(comm, full, fmt, ap);
   va_end(ap);
-  /* The code and its text change together under err_lock, so a reader never
-   * sees a failure without its cause. */
-  /* Texts from err_set already name the rank. */
-  char full[LOOM_ERR_LEN];
-  if (strncmp(text, "rank ", 5) == 0)
-    snprintf(full, sizeof(full), "%s", text);
-  else
-    snprintf(full, sizeof(full), "rank %d: %s", comm->rank, text);
   pthread_mutex_lock(&comm->err_lock);
-  int now = atomic_load(&comm->async_error);
-  int first = now == loomSuccess || now == loomInProgress;
-  int blame_pid = (peer >= 0 && peer < comm->nranks && comm->peers) ? comm->peers[peer].pid : 0;
-  if (first) {
-    if (peer >= 0) atomic_store(&comm->failed_peer, peer);
-    memcpy(comm->last_error, full, sizeof(full));
-    memcpy(comm->fail_error, full, sizeof(full));
-    /* The launcher hears the blame before any thread can see the failure:
-     * a caller that sees it may exit at once, and the blame sent after
-     * that would never leave (a send that never blocks). */
-    report_blame(blame_pid);
-    atomic_store(&comm->async_error, (int)code);
-  }
+  int first = fail_record_locked(comm, peer, code, full, 1);
   pthread_mutex_unlock(&comm->err_lock);
-  if (first) {                /* from the local copy: last_error may change under its lock */
-    comm_state_changed(comm); /* a non-blocking init that failed has ended */
-    LOOM_WARN(SUB_ALL, "%s", full);
-    forming_stop(comm);
-    err_copy_to_thread(full);
-  }
+  if (first) fail_announce(comm, full);
+  comm_wake(comm);
+}
+
+int comm_fail_reserve(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...) {
+  char full[LOOM_ERR_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  fail_text(comm, full, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&comm->err_lock);
+  int first = fail_record_locked(comm, peer, code, full, 0);
+  pthread_mutex_unlock(&comm->err_lock);
+  return first;
+}
+
+void comm_fail_publish(struct loom_comm* comm) {
+  char full[LOOM_ERR_LEN];
+  pthread_mutex_lock(&comm->err_lock);
+  int code = comm->fail_pending;
+  comm->fail_pending = loomSuccess;
+  if (code != loomSuccess) atomic_store(&comm->async_error, code);
+  memcpy(full, comm->fail_error, sizeof(full));
+  pthread_mutex_unlock(&comm->err_lock);
+  if (code != loomSuccess) fail_announce(comm, full);
   comm_wake(comm);
 }
 

@@ -68,6 +68,9 @@ struct loom_comm {
    * later errors (echoes of the failure, such as a survivor's closed
    * connection) overwrite. */
   char fail_error[LOOM_ERR_LEN];
+  /* A first failure recorded but not yet published (comm_fail_reserve):
+   * its code, else loomSuccess. Under err_lock. */
+  int fail_pending;
 
   /* Called by the bootstrap's watcher when a peer fails, so that waiters in
    * the upper layers wake up at once. Set by the transport layer. */
@@ -116,6 +119,14 @@ static inline loomComm_t comm_handle(const struct loom_comm* comm) {
  * with code, once; later calls keep the first cause. Wakes waiters. */
 void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* comm_set_failed in two steps, for a failure that must be told to the
+ * peers before this rank's waiters wake (rank 0's bootstrap): reserve
+ * records the cause as the first one (returns 0 when another came first),
+ * so that a failure the telling provokes (a peer that exits on hearing it)
+ * cannot take its place; publish makes it visible and wakes waiters. */
+int comm_fail_reserve(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void comm_fail_publish(struct loom_comm* comm);
 /* Publishes the peer table (peers: nranks rows, or NULL) under the error
  * lock, so that a failure recorded meanwhile on another thread (the
  * bootstrap's watcher, while the table travels) reads either none of it or
