@@ -159,6 +159,106 @@ LOOM_API loomResult_t loomVocabParallelCrossEntropyBackward(
     const loomTensor* dloss, loomTensor* dlogits, const loomCrossEntropyOpts* opts, loomComm_t tp,
     loomStream_t stream);
 
+/* ---- 4. Context parallel attention ----------------------------------------------------- */
+/* q [B,Sq,Hq,D], k [B,Skv,Hkv,D], v [B,Skv,Hkv,Dv], out [B,Sq,Hq,Dv], lse [B,Hq,Sq] (float32;
+   float64 for float64 inputs); Sq, Skv are local lengths. Last dim stride 1. */
+
+typedef enum { loomCpContiguous = 0, loomCpZigzag = 1 } loomCpLayout_t;
+typedef enum { loomCpRing = 0, loomCpAllGatherKv = 1, loomCpUlysses = 2 } loomCpAlgo_t;
+
+typedef struct {
+  /* One block: q rows at global positions qStart.., k/v rows at kStart... Writes out
+     [B,Lq,Hq,Dv] and lse [B,Hq,Lq] of this block alone (not merged). */
+  loomResult_t (*forward)(void* ctx, const loomTensor* q, const loomTensor* k, const loomTensor* v,
+                          int64_t qStart, int64_t kStart, int causal, double scale, loomTensor* out,
+                          loomTensor* lse, loomStream_t stream);
+  /* Same block; out, dout and lse are the final (merged) ones of these q rows. Writes, does not
+     add, this block's contributions to dq [B,Lq,Hq,D], dk [B,Lk,Hkv,D], dv [B,Lk,Hkv,Dv]. */
+  loomResult_t (*backward)(void* ctx, const loomTensor* q, const loomTensor* k, const loomTensor* v,
+                           const loomTensor* out, const loomTensor* dout, const loomTensor* lse,
+                           int64_t qStart, int64_t kStart, int causal, double scale, loomTensor* dq,
+                           loomTensor* dk, loomTensor* dv, loomStream_t stream);
+  void* ctx;
+} loomAttnKernel;
+
+typedef struct {
+  int causal;            /* needs global Sq == Skv; without it Sq and Skv may differ */
+  double softmaxScale;   /* 0: 1/sqrt(D) */
+  loomCpLayout_t layout; /* of q, k, v, out, lse, and of dq, dk, dv, dout */
+  loomCpAlgo_t algo;
+  const loomAttnKernel* kernel; /* NULL: loomAttnKernelReference() */
+} loomAttnOpts;
+#define LOOM_ATTN_OPTS_INIT \
+  { 0, 0.0, loomCpContiguous, loomCpRing, NULL }
+
+/* Never NULL: the host reference kernel (cache-blocked). Not a loomResult_t function. */
+LOOM_API const loomAttnKernel* loomAttnKernelReference(void);
+LOOM_API loomResult_t loomCpAttentionForward(const loomTensor* q, const loomTensor* k,
+                                             const loomTensor* v, loomTensor* out, loomTensor* lse,
+                                             const loomAttnOpts* opts, loomComm_t cp,
+                                             loomStream_t stream);
+LOOM_API loomResult_t loomCpAttentionBackward(const loomTensor* q, const loomTensor* k,
+                                              const loomTensor* v, const loomTensor* out,
+                                              const loomTensor* dout, const loomTensor* lse,
+                                              loomTensor* dq, loomTensor* dk, loomTensor* dv,
+                                              const loomAttnOpts* opts, loomComm_t cp,
+                                              loomStream_t stream);
+/* Local: rank cpRank's positions of full along seqDim. */
+LOOM_API loomResult_t loomCpShard(const loomTensor* full, int seqDim, loomCpLayout_t layout,
+                                  int cpRank, int cpSize, loomTensor* local, loomStream_t stream);
+/* Collective: every rank gets the whole sequence in position order. */
+LOOM_API loomResult_t loomCpUnshard(const loomTensor* local, int seqDim, loomCpLayout_t layout,
+                                    loomTensor* full, loomComm_t cp, loomStream_t stream);
+/* Local, host: the seqLen/cpSize global positions of the rank's tokens. */
+LOOM_API loomResult_t loomCpPositions(int64_t seqLen, loomCpLayout_t layout, int cpRank, int cpSize,
+                                      int64_t positions[]);
+
+/* ---- 5. MoE expert parallel ------------------------------------------------------------ */
+
+typedef struct loomMoeHandle* loomMoeHandle_t;
+typedef enum { loomMoeDropByPosition = 0, loomMoeDropByWeight = 1 } loomMoeDropPolicy_t;
+typedef struct {
+  int numExperts;          /* E; must be set */
+  int64_t expertAlignment; /* >= 1: each local expert's rows padded to a multiple */
+  double capacityFactor;   /* 0: dropless */
+  int64_t minCapacity;
+  loomMoeDropPolicy_t dropPolicy;
+} loomMoeOpts;
+#define LOOM_MOE_OPTS_INIT \
+  { 0, 1, 0.0, 0, loomMoeDropByPosition }
+typedef struct {
+  int numLocalExperts;          /* El */
+  int64_t numRecvRows;          /* R, padding included */
+  const int64_t* expertCounts;  /* [El] pairs received per local expert, from all ranks */
+  const int64_t* expertOffsets; /* [El+1] first row of each local expert; [El] == R */
+  const int64_t* sendRows;      /* [P] pairs this rank sends to each rank */
+  const int64_t* recvRows;      /* [P] pairs this rank receives from each rank */
+  int64_t numDropped;           /* slots this rank dropped for capacity */
+  int64_t capacity;             /* C, or -1 when dropless */
+} loomMoeInfo;
+
+/* Collective over ep, host sync: capacity, the count exchange, the receive layout. */
+LOOM_API loomResult_t loomMoeLayoutCreate(const loomTensor* topkIdx, const loomTensor* topkWeights,
+                                          loomMoeHandle_t* handle, const loomMoeOpts* opts,
+                                          loomComm_t ep, loomStream_t stream);
+/* Local: arrays owned by the handle. */
+LOOM_API loomResult_t loomMoeGetInfo(loomMoeHandle_t handle, loomMoeInfo* info);
+LOOM_API loomResult_t loomMoeDispatch(loomMoeHandle_t handle, const loomTensor* x,
+                                      const loomTensor* topkWeights, loomTensor* recvX,
+                                      loomTensor* recvWeights, loomStream_t stream);
+LOOM_API loomResult_t loomMoeCombine(loomMoeHandle_t handle, const loomTensor* y,
+                                     const loomTensor* topkWeights, loomTensor* out,
+                                     loomStream_t stream);
+LOOM_API loomResult_t loomMoeDispatchBackward(loomMoeHandle_t handle, const loomTensor* dRecvX,
+                                              const loomTensor* dRecvWeights, loomTensor* dx,
+                                              loomTensor* dTopkWeights, loomStream_t stream);
+LOOM_API loomResult_t loomMoeCombineBackward(loomMoeHandle_t handle, const loomTensor* dOut,
+                                             const loomTensor* y, const loomTensor* topkWeights,
+                                             loomTensor* dY, loomTensor* dTopkWeights,
+                                             loomStream_t stream);
+/* Local. */
+LOOM_API loomResult_t loomMoeHandleDestroy(loomMoeHandle_t handle);
+
 /* ---- 6. Pipeline parallel ------------------------------------------------------------- */
 
 typedef enum {

@@ -5,8 +5,10 @@
 #ifndef LOOM_PAR_H
 #define LOOM_PAR_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "loom_parallel.h"
 
@@ -27,10 +29,54 @@ const char* par_dtype_name(loomDataType_t dt);
 /* float16, bfloat16, float32, float64: the dtypes compute calls take. */
 int par_dtype_is_compute(loomDataType_t dt);
 
-float par_half_to_float(uint16_t h);
-uint16_t par_float_to_half(float f); /* nearest-even */
-float par_bf16_to_float(uint16_t h);
-uint16_t par_float_to_bf16(float f); /* nearest-even */
+/* Half types, inline so that the loops that convert vectorize. bfloat16 is the top half of a
+ * float32. */
+static inline float par_bf16_to_float(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, sizeof(f));
+  return f;
+}
+
+/* Exact (a subnormal m * 2^-24 is exact in float32). */
+static inline float par_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    float v = (float)m * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  uint32_t x = e == 31 ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112u) << 23) | (m << 13);
+  float f;
+  memcpy(&f, &x, sizeof(f));
+  return f;
+}
+
+/* Nearest-even; 65520 and above round to infinity, NaN stays NaN. */
+static inline uint16_t par_float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof(x));
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);
+  if (ax >= 0x477ff000u) return sign | 0x7c00u; /* 65520 and above round to infinity */
+  if (ax < 0x38800000u) {                       /* below 2^-14: a subnormal half */
+    float v;
+    memcpy(&v, &ax, sizeof(v));
+    return sign | (uint16_t)nearbyintf(v * 16777216.0f); /* exact scaling, then nearest-even */
+  }
+  uint32_t h = ((((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13)), rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return sign | (uint16_t)h;
+}
+
+/* Nearest-even; NaN stays a quiet NaN. */
+static inline uint16_t par_float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof(x));
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
 
 /* ---- Tensors ----------------------------------------------------------------------------- */
 

@@ -73,54 +73,6 @@ int par_dtype_is_compute(loomDataType_t dt) {
   return dt == loomFloat16 || dt == loomBfloat16 || dt == loomFloat32 || dt == loomFloat64;
 }
 
-float par_half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-  if (e == 0) {
-    float v = ldexpf((float)m, -24); /* zero or subnormal: exact */
-    return sign ? -v : v;
-  }
-  if (e == 31)
-    x = sign | 0x7f800000u | (m << 13);
-  else
-    x = sign | ((e + 112u) << 23) | (m << 13);
-  float f;
-  memcpy(&f, &x, sizeof(f));
-  return f;
-}
-
-uint16_t par_float_to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof(x));
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);
-  if (ax >= 0x477ff000u) return sign | 0x7c00u; /* 65520 and above round to infinity */
-  if (ax < 0x38800000u) {                       /* below 2^-14: a subnormal half */
-    float v;
-    memcpy(&v, &ax, sizeof(v));
-    return sign | (uint16_t)nearbyintf(v * 16777216.0f); /* exact scaling, then nearest-even */
-  }
-  uint32_t h = ((((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13));
-  uint32_t rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-  return sign | (uint16_t)h;
-}
-
-float par_bf16_to_float(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, sizeof(f));
-  return f;
-}
-
-uint16_t par_float_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof(x));
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (uint16_t)(x >> 16);
-}
-
 /* ---- Splits ------------------------------------------------------------------------------ */
 
 loomResult_t par_splits(loomComm_t comm, const char* fn, const char* what, const int64_t* splits,
