@@ -20,6 +20,7 @@
 
 #include "loom.h"
 #include "loom_parallel.h"
+#include "par_bench.h"
 
 struct cfg {
   int64_t seq, batch, hidden, ffn;
@@ -34,17 +35,6 @@ struct run {
   loomTensor x, xfull, w, y;
   loomLinearOpts sp, plain;
 };
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
 
 enum variant { V_GEMM, V_ALLGATHER, V_SERIAL, V_OVERLAP, V_COUNT };
 static const char* const variant_names[V_COUNT] = {"gemm", "allgather", "serial", "overlap"};
@@ -67,29 +57,27 @@ static loomResult_t variant_run(struct run* r, enum variant v) {
   }
 }
 
+/* A variant on r, timed by pb_median. */
+struct variant_call {
+  struct run* r;
+  enum variant v;
+};
+
+static loomResult_t variant_call_run(void* arg) {
+  struct variant_call* c = arg;
+  return variant_run(c->r, c->v);
+}
+
 /* The median over iterations of the slowest rank's time, in seconds; < 0 on an error. */
 static double variant_time(struct run* r, enum variant v) {
-  int n = r->c->iters;
-  double* t = calloc((size_t)n, sizeof(double));
-  if (t == NULL) return -1;
-  for (int i = -r->c->warmup; i < n; i++) {
-    int one = 1, sum;
-    if (loomAllReduce(&one, &sum, 1, loomInt32, loomSum, r->comm, NULL) != loomSuccess) break;
-    double t0 = now_s();
-    loomResult_t res = variant_run(r, v);
-    double dt = now_s() - t0, worst;
-    if (res != loomSuccess) {
-      fprintf(stderr, "linear_perf: rank %d: %s: %s (%s)\n", r->rank, variant_names[v],
-              loomGetErrorString(res), loomGetLastError(r->comm));
-      free(t);
-      return -1;
-    }
-    if (loomAllReduce(&dt, &worst, 1, loomFloat64, loomMax, r->comm, NULL) != loomSuccess) break;
-    if (i >= 0) t[i] = worst;
+  struct variant_call c = {r, v};
+  double med = -1;
+  loomResult_t res = pb_median(r->comm, r->c->warmup, r->c->iters, variant_call_run, &c, &med);
+  if (res != loomSuccess) {
+    fprintf(stderr, "linear_perf: rank %d: %s: %s (%s)\n", r->rank, variant_names[v],
+            loomGetErrorString(res), loomGetLastError(r->comm));
+    return -1;
   }
-  qsort(t, (size_t)n, sizeof(double), cmp_double);
-  double med = t[n / 2];
-  free(t);
   return med;
 }
 

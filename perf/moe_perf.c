@@ -30,6 +30,7 @@
 
 #include "loom.h"
 #include "loom_parallel.h"
+#include "par_bench.h"
 
 struct opts {
   int64_t tokens, hidden, align;
@@ -51,14 +52,7 @@ struct bench {
   size_t *sc, *sd, *rc, *rd;        /* all-to-all-v counts, in elements */
   int64_t *seg, *seg_src, *seg_dst; /* [P*El] rows, source-major and final row */
   int64_t* order;                   /* [pairs] the token of each send row */
-  double* times;
 };
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int parse_dtype(const char* s, struct opts* o) {
   const struct {
@@ -209,8 +203,7 @@ static int bench_setup(struct bench* b) {
   b->send = calloc(pairs + 1, b->rb);
   b->sc = malloc(4 * P * sizeof(size_t));
   b->seg = malloc(3 * P * (size_t)b->El * sizeof(int64_t));
-  b->times = malloc((size_t)o->iters * sizeof(double));
-  if (!b->x || !b->out || !b->recv || !b->scratch || !b->send || !b->sc || !b->seg || !b->times)
+  if (!b->x || !b->out || !b->recv || !b->scratch || !b->send || !b->sc || !b->seg)
     return fail(b, "malloc", loomSystemError);
   b->sd = b->sc + P;
   b->rc = b->sc + 2 * P;
@@ -270,45 +263,24 @@ static loomResult_t run_a2av_permute(struct bench* b) {
   return r;
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
+/* A variant: fn run on b, timed by pb_median. */
+struct variant_call {
+  struct bench* b;
+  loomResult_t (*fn)(struct bench*);
+};
+
+static loomResult_t variant_call_run(void* arg) {
+  struct variant_call* c = arg;
+  return c->fn(c->b);
 }
 
-/* Each iteration starts together (a one-element all-reduce) and counts as the slowest rank's
- * time; *median_s is their median. */
 static loomResult_t time_variant(struct bench* b, loomResult_t (*fn)(struct bench*),
                                  double* median_s) {
-  float sync = 0;
-  for (int i = 0; i < b->o->warmup + b->o->iters; i++) {
-    loomResult_t r = loomAllReduce(&sync, &sync, 1, loomFloat32, loomSum, b->comm, NULL);
-    double t0 = now_s();
-    if (r == loomSuccess) r = fn(b);
-    if (r != loomSuccess) return r;
-    if (i >= b->o->warmup) b->times[i - b->o->warmup] = now_s() - t0;
-  }
-  loomResult_t r =
-      loomAllReduce(b->times, b->times, (size_t)b->o->iters, loomFloat64, loomMax, b->comm, NULL);
-  if (r != loomSuccess) return r;
-  qsort(b->times, (size_t)b->o->iters, sizeof(double), cmp_double);
-  *median_s = b->times[b->o->iters / 2];
-  return loomSuccess;
+  struct variant_call c = {b, fn};
+  return pb_median(b->comm, b->o->warmup, b->o->iters, variant_call_run, &c, median_s);
 }
 
 /* ---- Main -------------------------------------------------------------------------------- */
-
-/* Under a launcher (loomrun, mpirun, srun) its communicator; alone, one rank. */
-static loomResult_t comm_open(loomComm_t* comm) {
-  const char* const launched[] = {"LOOM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                  "PMI_SIZE", "SLURM_NTASKS"};
-  for (size_t i = 0; i < sizeof(launched) / sizeof(launched[0]); i++) {
-    if (getenv(launched[i]) == NULL) continue;
-    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-    cfg.commName = "moe_perf";
-    return loomCommInitFromEnv(comm, &cfg);
-  }
-  return loomCommInitAll(comm, 1, NULL);
-}
 
 static double layout_time(struct bench* b) {
   int64_t shape[2] = {b->o->tokens, b->o->topk};
@@ -320,9 +292,9 @@ static double layout_time(struct bench* b) {
   double best = 1e30;
   for (int i = 0; i < 5; i++) {
     loomMoeHandle_t h = NULL;
-    double t0 = now_s();
+    double t0 = pb_now_s();
     if (loomMoeLayoutCreate(&ti, NULL, &h, &mo, b->comm, NULL) != loomSuccess) return -1;
-    double t = now_s() - t0;
+    double t = pb_now_s() - t0;
     best = t < best ? t : best;
     loomMoeHandleDestroy(h);
   }
@@ -374,7 +346,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   struct bench b = {.o = &o};
-  loomResult_t r = comm_open(&b.comm);
+  loomResult_t r = pb_comm_open("moe_perf", &b.comm);
   if (r != loomSuccess) return fail(&b, "opening the communicator", r);
   loomCommUserRank(b.comm, &b.rank);
   loomCommCount(b.comm, &b.nranks);
@@ -393,7 +365,6 @@ int main(int argc, char** argv) {
   free(b.sc);
   free(b.seg);
   free(b.order);
-  free(b.times);
   loomCommDestroy(b.comm);
   return rc;
 }

@@ -22,6 +22,7 @@
 
 #include "loom.h"
 #include "loom_parallel.h"
+#include "par_bench.h"
 
 struct opts {
   int m, iters, warmup;
@@ -35,23 +36,17 @@ struct slept {
   double count[3];
 };
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 struct ctx {
   const struct opts* o;
   struct slept s;
 };
 
 static void nap(struct ctx* c, int op, double us) {
-  double t0 = now_s();
+  double t0 = pb_now_s();
   struct timespec ts = {(time_t)(us / 1e6), (long)((us - (double)(time_t)(us / 1e6) * 1e6) * 1e3)};
   while (nanosleep(&ts, &ts) != 0) {
   }
-  c->s.sum[op] += now_s() - t0;
+  c->s.sum[op] += pb_now_s() - t0;
   c->s.count[op] += 1;
 }
 
@@ -112,9 +107,18 @@ static int parse_opts(int argc, char** argv, struct opts* o) {
              : 0;
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
+/* One run of the runner; the sleeps counted from the first measured run on. */
+struct kind_run {
+  loomPipeRunner_t runner;
+  loomPipeCallbacks cb;
+  struct ctx* c;
+  int runs, warmup;
+};
+
+static loomResult_t kind_run_once(void* arg) {
+  struct kind_run* k = arg;
+  if (k->runs++ == k->warmup) memset(&k->c->s, 0, sizeof(k->c->s));
+  return loomPipeRunnerRun(k->runner, &k->cb, NULL);
 }
 
 /* One kind: the median of the slowest rank's run times, and the callbacks' sleeps summed over
@@ -122,31 +126,15 @@ static int cmp_double(const void* a, const void* b) {
 static loomResult_t time_kind(const struct opts* o, loomPipeSchedule_t sched, int S,
                               loomComm_t comm, double* median_s, struct slept* all) {
   size_t* act = malloc(sizeof(size_t) * (size_t)(S > 1 ? S - 1 : 1));
-  double* times = malloc(sizeof(double) * (size_t)o->iters);
-  if (!act || !times) return free(act), free(times), loomSystemError;
+  if (!act) return loomSystemError;
   for (int s = 0; s + 1 < S; s++) act[s] = (size_t)o->bytes;
-  loomPipeRunner_t runner = NULL;
-  loomResult_t r = loomPipeRunnerCreate(sched, act, &runner, comm);
   struct ctx c = {o, {{0}, {0}}};
-  loomPipeCallbacks cb = {cb_f, cb_b, cb_w, &c};
-  float sync = 0;
-  for (int i = 0; r == loomSuccess && i < o->warmup + o->iters; i++) {
-    if (i == o->warmup) memset(&c.s, 0, sizeof(c.s));
-    r = loomAllReduce(&sync, &sync, 1, loomFloat32, loomSum, comm, NULL);
-    double t0 = now_s();
-    if (r == loomSuccess) r = loomPipeRunnerRun(runner, &cb, NULL);
-    if (i >= o->warmup) times[i - o->warmup] = now_s() - t0;
-  }
-  if (runner) loomPipeRunnerDestroy(runner);
-  if (r == loomSuccess)
-    r = loomAllReduce(times, times, (size_t)o->iters, loomFloat64, loomMax, comm, NULL);
+  struct kind_run k = {NULL, {cb_f, cb_b, cb_w, &c}, &c, 0, o->warmup};
+  loomResult_t r = loomPipeRunnerCreate(sched, act, &k.runner, comm);
+  if (r == loomSuccess) r = pb_median(comm, o->warmup, o->iters, kind_run_once, &k, median_s);
+  if (k.runner) loomPipeRunnerDestroy(k.runner);
   if (r == loomSuccess) r = loomAllReduce(&c.s, all, 6, loomFloat64, loomSum, comm, NULL);
-  if (r == loomSuccess) {
-    qsort(times, (size_t)o->iters, sizeof(double), cmp_double);
-    *median_s = times[o->iters / 2];
-  }
   free(act);
-  free(times);
   return r;
 }
 
@@ -196,19 +184,6 @@ static int bench_kind(const struct opts* o, int k, int p, int rank, loomComm_t c
   return 0;
 }
 
-/* Under a launcher (loomrun, mpirun, srun) its communicator; alone, one rank. */
-static loomResult_t comm_open(loomComm_t* comm) {
-  const char* const launched[] = {"LOOM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                  "PMI_SIZE", "SLURM_NTASKS"};
-  for (size_t i = 0; i < sizeof(launched) / sizeof(launched[0]); i++) {
-    if (getenv(launched[i]) == NULL) continue;
-    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-    cfg.commName = "pipe_perf";
-    return loomCommInitFromEnv(comm, &cfg);
-  }
-  return loomCommInitAll(comm, 1, NULL);
-}
-
 int main(int argc, char** argv) {
   struct opts o;
   if (parse_opts(argc, argv, &o) != 0) {
@@ -218,7 +193,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   loomComm_t comm = NULL;
-  loomResult_t r = comm_open(&comm);
+  loomResult_t r = pb_comm_open("pipe_perf", &comm);
   if (r != loomSuccess) {
     fprintf(stderr, "pipe_perf: %s: %s\n", loomGetErrorString(r), loomGetLastError(NULL));
     return 1;

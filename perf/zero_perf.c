@@ -24,6 +24,7 @@
 
 #include "loom.h"
 #include "loom_parallel.h"
+#include "par_bench.h"
 
 struct opts {
   int64_t params, bucket_bytes, align;
@@ -39,14 +40,7 @@ struct bench {
   loomZeroLayoutInfo info;
   int64_t elems; /* the parameters' elements, padding excluded */
   float *grads, *shard;
-  double* times; /* [iters] */
 };
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* "100M", "25MB", "1G", "4096": K, M and G are powers of unit (1000 or 1024). */
 static int64_t parse_size(const char* s, double unit) {
@@ -156,29 +150,21 @@ static loomResult_t run_allreduce(struct bench* b) {
                        b->comm, NULL);
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
+/* A variant: fn run on b, timed by pb_median. */
+struct variant_call {
+  struct bench* b;
+  loomResult_t (*fn)(struct bench*);
+};
+
+static loomResult_t variant_call_run(void* arg) {
+  struct variant_call* c = arg;
+  return c->fn(c->b);
 }
 
-/* Times one variant: each iteration starts together (a one-element all-reduce) and counts as
- * the slowest rank's time; *median_s is their median. */
 static loomResult_t time_variant(struct bench* b, loomResult_t (*fn)(struct bench*),
                                  double* median_s) {
-  float sync = 0;
-  for (int i = 0; i < b->o->warmup + b->o->iters; i++) {
-    loomResult_t r = loomAllReduce(&sync, &sync, 1, loomFloat32, loomSum, b->comm, NULL);
-    double t0 = now_s();
-    if (r == loomSuccess) r = fn(b);
-    if (r != loomSuccess) return r;
-    if (i >= b->o->warmup) b->times[i - b->o->warmup] = now_s() - t0;
-  }
-  loomResult_t r =
-      loomAllReduce(b->times, b->times, (size_t)b->o->iters, loomFloat64, loomMax, b->comm, NULL);
-  if (r != loomSuccess) return r;
-  qsort(b->times, (size_t)b->o->iters, sizeof(double), cmp_double);
-  *median_s = b->times[b->o->iters / 2];
-  return loomSuccess;
+  struct variant_call c = {b, fn};
+  return pb_median(b->comm, b->o->warmup, b->o->iters, variant_call_run, &c, median_s);
 }
 
 /* ---- Main -------------------------------------------------------------------------------- */
@@ -187,19 +173,6 @@ static int fail(struct bench* b, const char* what, loomResult_t r) {
   fprintf(stderr, "zero_perf: rank %d: %s failed: %s: %s\n", b->rank, what, loomGetErrorString(r),
           loomGetLastError(b->comm));
   return 1;
-}
-
-/* Under a launcher (loomrun, mpirun, srun) its communicator; alone, one rank. */
-static loomResult_t comm_open(loomComm_t* comm) {
-  const char* const launched[] = {"LOOM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                  "PMI_SIZE", "SLURM_NTASKS"};
-  for (size_t i = 0; i < sizeof(launched) / sizeof(launched[0]); i++) {
-    if (getenv(launched[i]) == NULL) continue;
-    loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
-    cfg.commName = "zero_perf";
-    return loomCommInitFromEnv(comm, &cfg);
-  }
-  return loomCommInitAll(comm, 1, NULL);
 }
 
 static int bench_setup(struct bench* b, int64_t* hidden, int64_t* vocab) {
@@ -216,8 +189,7 @@ static int bench_setup(struct bench* b, int64_t* hidden, int64_t* vocab) {
   size_t total = (size_t)b->info.totalElems, shard = (size_t)b->info.shardElems;
   b->grads = malloc(total * sizeof(float));
   b->shard = malloc((shard ? shard : 1) * sizeof(float));
-  b->times = malloc((size_t)b->o->iters * sizeof(double));
-  if (!b->grads || !b->shard || !b->times) return fail(b, "malloc", loomSystemError);
+  if (!b->grads || !b->shard) return fail(b, "malloc", loomSystemError);
   /* Zeros: sums that stay zero, so repeated in-place all-reduces meet no inf or subnormal. */
   memset(b->grads, 0, total * sizeof(float));
   memset(b->shard, 0, shard * sizeof(float));
@@ -282,7 +254,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   struct bench b = {.o = &o};
-  loomResult_t r = comm_open(&b.comm);
+  loomResult_t r = pb_comm_open("zero_perf", &b.comm);
   if (r != loomSuccess) return fail(&b, "opening the communicator", r);
   loomCommUserRank(b.comm, &b.rank);
   loomCommCount(b.comm, &b.nranks);
@@ -295,7 +267,6 @@ int main(int argc, char** argv) {
   loomZeroLayoutDestroy(b.z);
   free(b.grads);
   free(b.shard);
-  free(b.times);
   loomCommDestroy(b.comm);
   return rc;
 }
