@@ -171,28 +171,31 @@ static void fail_announce(struct loom_comm* comm, const char* full) {
   err_copy_to_thread(full);
 }
 
-void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...) {
+/* Records the failure (publish 0: pending, comm_fail_reserve); 1 when it was the first. */
+static int fail_vset(struct loom_comm* comm, int peer, loomResult_t code, int publish,
+                     const char* fmt, va_list ap) {
   char full[LOOM_ERR_LEN];
+  fail_text(comm, full, fmt, ap);
+  pthread_mutex_lock(&comm->err_lock);
+  int first = fail_record_locked(comm, peer, code, full, publish);
+  pthread_mutex_unlock(&comm->err_lock);
+  if (first && publish) fail_announce(comm, full);
+  return first;
+}
+
+void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fail_text(comm, full, fmt, ap);
+  fail_vset(comm, peer, code, 1, fmt, ap);
   va_end(ap);
-  pthread_mutex_lock(&comm->err_lock);
-  int first = fail_record_locked(comm, peer, code, full, 1);
-  pthread_mutex_unlock(&comm->err_lock);
-  if (first) fail_announce(comm, full);
   comm_wake(comm);
 }
 
 int comm_fail_reserve(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...) {
-  char full[LOOM_ERR_LEN];
   va_list ap;
   va_start(ap, fmt);
-  fail_text(comm, full, fmt, ap);
+  int first = fail_vset(comm, peer, code, 0, fmt, ap);
   va_end(ap);
-  pthread_mutex_lock(&comm->err_lock);
-  int first = fail_record_locked(comm, peer, code, full, 0);
-  pthread_mutex_unlock(&comm->err_lock);
   return first;
 }
 

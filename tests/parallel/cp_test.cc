@@ -5,36 +5,6 @@
 
 namespace cptest {
 
-namespace {
-
-double half_to_double(uint16_t h) {
-  int e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 0    ? std::ldexp(m, -24)
-             : e == 31 ? (m ? NAN : INFINITY)
-                       : std::ldexp(m + 1024, e - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
-// Nearest-even by bisection over the (monotone) codes of one sign.
-uint16_t double_to_half(double f) {
-  if (std::isnan(f)) return 0x7e00;
-  uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  double a = std::fabs((double)(float)f);
-  int lo = 0, hi = 0x7c00;
-  while (hi - lo > 1) {
-    int mid = (lo + hi) / 2;
-    if (half_to_double((uint16_t)mid) <= a)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  double dl = a - half_to_double((uint16_t)lo), dh = half_to_double((uint16_t)hi) - a;
-  int best = dl < dh || (dl == dh && (lo & 1) == 0) ? lo : hi;
-  return (uint16_t)(sign | best);
-}
-
-}  // namespace
-
 Buf::Buf(loomDataType_t d, std::vector<int64_t> s) : dt(d), shape(std::move(s)) {
   bytes.assign(n() * size() + 8, 0);
   EXPECT_EQ(loomTensorMake(bytes.data(), dt, (int)shape.size(), shape.data(), &t), loomSuccess);
@@ -45,48 +15,11 @@ size_t Buf::size() const {
 }
 
 double Buf::get(size_t i) const {
-  const unsigned char* p = bytes.data() + i * size();
-  if (dt == loomFloat64) {
-    double v;
-    memcpy(&v, p, 8);
-    return v;
-  }
-  if (dt == loomFloat32) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-  }
-  uint16_t h;
-  memcpy(&h, p, 2);
-  if (dt == loomBfloat16) {
-    uint32_t x = (uint32_t)h << 16;
-    float v;
-    memcpy(&v, &x, 4);
-    return v;
-  }
-  return half_to_double(h);
+  return partest::load_float(dt, bytes.data() + i * size());
 }
 
 void Buf::set(size_t i, double v) {
-  unsigned char* p = bytes.data() + i * size();
-  if (dt == loomFloat64) {
-    memcpy(p, &v, 8);
-    return;
-  }
-  float f = (float)v;
-  if (dt == loomFloat32) {
-    memcpy(p, &f, 4);
-    return;
-  }
-  uint16_t h;
-  if (dt == loomBfloat16) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    h = (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-  } else {
-    h = double_to_half(f);
-  }
-  memcpy(p, &h, 2);
+  partest::store_float(dt, bytes.data() + i * size(), v);
 }
 
 // ---- The reference ------------------------------------------------------------------------

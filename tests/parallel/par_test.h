@@ -95,6 +95,74 @@ std::vector<unsigned char> bytes_of(const std::vector<T>& v) {
   return b;
 }
 
+// ---- Float types as float64 values --------------------------------------------------------
+
+inline double half_to_double(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0    ? std::ldexp(m, -24)
+             : e == 31 ? (m ? NAN : INFINITY)
+                       : std::ldexp(m + 1024, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+// Nearest-even by bisection over the (monotone) codes of one sign: an independent reference
+// for the layer's conversion. Values above the largest half round to it or to infinity.
+inline uint16_t float_to_half(float f) {
+  if (std::isnan(f)) return 0x7e00;
+  uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  double a = std::fabs((double)f);
+  int lo = 0, hi = 0x7c00;  // [0, inf]
+  while (hi - lo > 1) {
+    int mid = (lo + hi) / 2;
+    (half_to_double((uint16_t)mid) <= a ? lo : hi) = mid;
+  }
+  double dl = a - half_to_double((uint16_t)lo), dh = half_to_double((uint16_t)hi) - a;
+  return sign | (uint16_t)(dl < dh || (dl == dh && lo % 2 == 0) ? lo : hi);
+}
+
+// One element of a float dtype at p, as float64.
+inline double load_float(loomDataType_t dt, const void* p) {
+  if (dt == loomFloat64) {
+    double v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  float f;
+  if (dt == loomFloat32) {
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (dt == loomFloat16) return half_to_double(h);
+  uint32_t x = (uint32_t)h << 16;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+// Stores v as one element of a float dtype at p: through float32 for the 32- and 16-bit types
+// (as the layer computes them), rounded to nearest-even.
+inline void store_float(loomDataType_t dt, void* p, double v) {
+  if (dt == loomFloat64) {
+    std::memcpy(p, &v, 8);
+    return;
+  }
+  float f = (float)v;
+  if (dt == loomFloat32) {
+    std::memcpy(p, &f, 4);
+    return;
+  }
+  uint16_t h;
+  if (dt == loomFloat16) {
+    h = float_to_half(f);
+  } else {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    h = std::isnan(f) ? 0x7fc0 : (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  }
+  std::memcpy(p, &h, 2);
+}
+
 }  // namespace partest
 
 #endif

@@ -15,84 +15,12 @@ struct Buf {
   void set(size_t i, double v);  // rounded to nearest-even for 16-bit
 };
 
-double half_to_double(uint16_t h) {
-  int e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 0    ? std::ldexp(m, -24)
-             : e == 31 ? (m ? NAN : INFINITY)
-                       : std::ldexp(m + 1024, e - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
-// Nearest-even through float (exact for the values used: doubles that are floats already).
-uint16_t float_to_half(float f) {
-  if (std::isnan(f)) return 0x7e00;
-  uint16_t best = 0;
-  double bd = INFINITY;
-  // Brute force over the 2^16 codes would be slow per element; search by bisection on
-  // magnitude instead: half codes of one sign are monotone in value.
-  uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  double a = std::fabs((double)f);
-  int lo = 0, hi = 0x7c00;  // [0, inf]
-  while (hi - lo > 1) {
-    int mid = (lo + hi) / 2;
-    if (half_to_double((uint16_t)mid) <= a)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  for (int c : {lo, hi}) {
-    double d = std::fabs(half_to_double((uint16_t)c) - a);
-    if (d < bd || (d == bd && (c & 1) == 0)) {
-      bd = d;
-      best = (uint16_t)c;
-    }
-  }
-  return sign | best;
-}
-
 double Buf::get(size_t i) const {
-  const unsigned char* p = bytes.data() + i * size();
-  if (dt == loomFloat64) {
-    double v;
-    memcpy(&v, p, 8);
-    return v;
-  }
-  if (dt == loomFloat32) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-  }
-  uint16_t h;
-  memcpy(&h, p, 2);
-  if (dt == loomBfloat16) {
-    uint32_t x = (uint32_t)h << 16;
-    float v;
-    memcpy(&v, &x, 4);
-    return v;
-  }
-  return half_to_double(h);
+  return partest::load_float(dt, bytes.data() + i * size());
 }
 
 void Buf::set(size_t i, double v) {
-  unsigned char* p = bytes.data() + i * size();
-  if (dt == loomFloat64) {
-    memcpy(p, &v, 8);
-    return;
-  }
-  float f = (float)v;
-  if (dt == loomFloat32) {
-    memcpy(p, &f, 4);
-    return;
-  }
-  uint16_t h;
-  if (dt == loomBfloat16) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    h = std::isnan(f) ? 0x7fc0 : (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-  } else {
-    h = float_to_half(f);
-  }
-  memcpy(p, &h, 2);
+  partest::store_float(dt, bytes.data() + i * size(), v);
 }
 
 const loomDataType_t kDtypes[] = {loomFloat16, loomBfloat16, loomFloat32, loomFloat64};

@@ -479,50 +479,16 @@ TEST(MoeLayout, HandComputedTwoRanks) {
 
 // ---- Bitwise independence of P -----------------------------------------------------------
 
-double half_to_double(uint16_t h) {
-  int e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(m + 1024, e - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
-// Nearest-even by bisection over the (monotone) codes of one sign; finite values only.
-uint16_t float_to_half(float f) {
-  uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  double a = std::fabs((double)f);
-  int lo = 0, hi = 0x7c00;
-  while (hi - lo > 1) {
-    int mid = (lo + hi) / 2;
-    (half_to_double((uint16_t)mid) <= a ? lo : hi) = mid;
-  }
-  double dl = a - half_to_double((uint16_t)lo), dh = half_to_double((uint16_t)hi) - a;
-  return sign | (uint16_t)(dl < dh || (dl == dh && lo % 2 == 0) ? lo : hi);
-}
-
 // A float tensor's storage in any float dtype; values stored rounded to nearest-even.
 struct Buf {
   loomDataType_t dt;
   std::vector<uint8_t> b;
   Buf(loomDataType_t t, size_t n) : dt(t), b(n * shim::dtype_size(t), 0) {}
   double get(size_t i) const {
-    if (dt == loomFloat64) return load<double>(i);
-    if (dt == loomFloat32) return load<float>(i);
-    uint16_t h = load<uint16_t>(i);
-    if (dt == loomFloat16) return half_to_double(h);
-    uint32_t x = (uint32_t)h << 16;
-    float f;
-    std::memcpy(&f, &x, 4);
-    return f;
+    return partest::load_float(dt, b.data() + i * shim::dtype_size(dt));
   }
   // v is a double (float64) or a float (the others, computed in float32).
-  void set(size_t i, double v) {
-    if (dt == loomFloat64) return store<double>(i, v);
-    float f = (float)v;
-    if (dt == loomFloat32) return store<float>(i, f);
-    if (dt == loomFloat16) return store<uint16_t>(i, float_to_half(f));
-    uint32_t x;
-    std::memcpy(&x, &f, 4);
-    store<uint16_t>(i, (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16));
-  }
+  void set(size_t i, double v) { partest::store_float(dt, b.data() + i * shim::dtype_size(dt), v); }
   template <class T>
   T load(size_t i) const {
     T v;
