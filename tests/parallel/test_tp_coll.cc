@@ -928,7 +928,7 @@ TEST_P(TpCollArgs, MisuseIsRefusedAndTheNextCallWorks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TpColl,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),
                          partest::ranks_mode_name);
 

@@ -413,7 +413,7 @@ TEST_P(ZeroBuckets, AdamOnShardsEqualsUnshardedAdam) {
 }
 
 INSTANTIATE_TEST_SUITE_P(, ZeroBuckets,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
                                             ::testing::Values(Mode::Proc, Mode::Thread)),
                          partest::ranks_mode_name);
 
