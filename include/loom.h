@@ -167,6 +167,22 @@ LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
 /* Never blocks on peers; releases everything. Peers blocked in a call with
  * this rank get loomRemoteError. */
 LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
+
+/* (Loom, NCCL 2.28's signatures) Surviving a lost rank. */
+#define LOOM_REVOKE_DEFAULT 0
+#define LOOM_SHRINK_DEFAULT 0
+#define LOOM_SHRINK_ABORT 1 /* first end whatever is in flight on comm */
+/* Pending and future calls on comm return an error at once, here
+ * (loomInvalidUsage) and on every rank that can still be reached
+ * (loomRemoteError); nothing is freed. Afterwards destroy, split and shrink
+ * are safe. Not collective. */
+LOOM_API loomResult_t loomCommRevoke(loomComm_t comm, int revokeFlags);
+/* Called by every rank not in excludeRanksList: a communicator of those
+ * ranks, in their old order, built with no participation of the excluded
+ * ones, whatever state comm is in (a dead peer included). config NULL:
+ * inherit comm's. */
+LOOM_API loomResult_t loomCommShrink(loomComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                     loomComm_t* newcomm, loomConfig_t* config, int shrinkFlags);
 /* loomSuccess, loomInProgress while a non-blocking init runs, or the error
  * that put comm in error (a dead peer, a timeout). */
 LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);

@@ -128,6 +128,15 @@ void coll_comm_fini(struct loom_comm* comm);
 loomResult_t coll_comm_settled(struct loom_comm* comm);
 /* coll_comm_settled, then: comm is usable (not aborted, not broken). */
 loomResult_t coll_comm_ready(struct loom_comm* comm);
+/* comm_api.c: a rank's init on the id (blocking or not, by config). parent:
+ * the communicator a split makes this one from, or NULL; cuda_dev: the CUDA
+ * device the rank is bound to (loomCommInitAll's devlist, a split's
+ * parent), or -1 for a host rank. */
+struct boot_id;
+loomResult_t coll_init_rank(loomComm_t* out, int nranks, const struct boot_id* id, int rank,
+                            const loomConfig_t* config, struct loom_comm* parent, int cuda_dev);
+/* A user's config: NULL, or made with LOOM_CONFIG_INITIALIZER and valid. */
+loomResult_t coll_check_config(const loomConfig_t* config);
 
 /* reg.c: ends every registration of comm (at teardown). */
 void reg_comm_fini(struct loom_comm* comm);

@@ -180,18 +180,15 @@ loomResult_t coll_settings_check(void) {
   return tp_transports_check(params_get()->transports);
 }
 
-static loomResult_t check_config(const loomConfig_t* config) {
+loomResult_t coll_check_config(const loomConfig_t* config) {
   if (config && config->magic != LOOM_CONFIG_MAGIC)
     return err_set(NULL, loomInvalidArgument,
                    "invalid argument: config was not initialised with LOOM_CONFIG_INITIALIZER");
   return loomSuccess;
 }
 
-/* parent: the communicator a split makes this one from, or NULL. */
-/* cuda_dev: the CUDA device the rank is bound to (loomCommInitAll's
- * devlist, a split's parent), or -1 for a host rank. */
-static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id* id, int rank,
-                              const loomConfig_t* config, struct loom_comm* parent, int cuda_dev) {
+loomResult_t coll_init_rank(loomComm_t* out, int nranks, const struct boot_id* id, int rank,
+                            const loomConfig_t* config, struct loom_comm* parent, int cuda_dev) {
   if (!out) return err_set(NULL, loomInvalidArgument, "invalid argument: comm pointer is NULL");
   if (nranks < 1)
     return err_set(NULL, loomInvalidArgument, "invalid argument: nranks %d is less than 1", nranks);
@@ -202,7 +199,7 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
     return err_set(
         NULL, loomInvalidArgument,
         "invalid argument: the unique id was not made by loomGetUniqueId of this version");
-  LOOM_CHECK(check_config(config));
+  LOOM_CHECK(coll_check_config(config));
   LOOM_CHECK(coll_settings_check());
   struct loom_comm* comm;
   LOOM_CHECK(comm_alloc(nranks, rank, config, &comm));
@@ -238,11 +235,12 @@ static loomResult_t init_rank(loomComm_t* out, int nranks, const struct boot_id*
 
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
                                     loomConfig_t* config) {
-  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, config, NULL, -1);
+  return coll_init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, config, NULL,
+                        -1);
 }
 
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
-  return init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, NULL, NULL, -1);
+  return coll_init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, NULL, NULL, -1);
 }
 
 loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
@@ -401,7 +399,7 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
   if (!newcomm) return err_set(comm, loomInvalidArgument, "invalid argument: newcomm is NULL");
   if (color < 0 && color != LOOM_SPLIT_NOCOLOR)
     return err_set(comm, loomInvalidArgument, "invalid argument: color %d is negative", color);
-  LOOM_CHECK(check_config(config));
+  LOOM_CHECK(coll_check_config(config));
   int n = comm->nranks;
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   struct split_key mine = {color, key};
@@ -433,8 +431,8 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
   loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
   inherit.blocking = comm->blocking;
   inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
-  r = init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit, comm,
-                comm->cuda_dev);
+  r = coll_init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit, comm,
+                     comm->cuda_dev);
   if (r != loomSuccess && r != loomInProgress) r = split_failed(comm, r);
 out:
   if (all && ids) comm_boot_leave(comm);
@@ -503,7 +501,7 @@ static loomResult_t env_rendezvous(int* rank, int* size, char* root, size_t root
 
 loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   if (!comm) return err_set(NULL, loomInvalidArgument, "invalid argument: comm pointer is NULL");
-  LOOM_CHECK(check_config(config));
+  LOOM_CHECK(coll_check_config(config));
   LOOM_CHECK(coll_settings_check());
   int rank = 0, size = 0;
   char root[256];
@@ -523,7 +521,7 @@ loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
   }
   struct boot_id id;
   LOOM_CHECK(boot_id_from_addr(root, secret, rank == 0, &id));
-  loomResult_t r = init_rank(comm, size, &id, rank, config, NULL, -1);
+  loomResult_t r = coll_init_rank(comm, size, &id, rank, config, NULL, -1);
   if (r != loomSuccess && r != loomInProgress) boot_id_release(&id); /* a retry can bind again */
   return r;
 }
@@ -541,7 +539,7 @@ struct all_job {
 
 static void* all_thread(void* arg) {
   struct all_job* j = arg;
-  j->res = init_rank(j->slot, j->n, j->id, j->rank, NULL, NULL, j->dev);
+  j->res = coll_init_rank(j->slot, j->n, j->id, j->rank, NULL, NULL, j->dev);
   if (j->res != loomSuccess) snprintf(j->err, sizeof(j->err), "%s", err_thread_last());
   return NULL;
 }

@@ -38,10 +38,12 @@
 /* ---- Dialling (the senders' side) ------------------------------------------------ */
 
 /* What ends a wait on the way to peer: an abort, the communicator's
- * failure, or peer's departure. */
+ * failure (unless survivor: a shrink's messages among the ranks that are
+ * left), or peer's departure. */
 struct peer_stop {
   struct bootstrap* b;
   int peer;
+  int survivor;
 };
 
 static int peer_gone(void* arg) {
@@ -49,7 +51,7 @@ static int peer_gone(void* arg) {
   struct loom_comm* comm = s->b->comm;
   if (atomic_load(&comm->aborted)) return 1;
   int e = atomic_load(&comm->async_error);
-  if (e != loomSuccess && e != loomInProgress) return 1;
+  if (!s->survivor && e != loomSuccess && e != loomInProgress) return 1;
   return atomic_load_explicit(&s->b->left[s->peer], memory_order_acquire) != 0;
 }
 
@@ -149,11 +151,11 @@ static loomResult_t out_get(struct bootstrap* b, int peer, struct boot_link** ou
   return loomSuccess;
 }
 
-loomResult_t boot_peer_send(struct bootstrap* b, int peer, uint16_t type, uint32_t tag,
-                            const void* buf, size_t len, const char* what,
-                            const struct deadline* dl) {
+static loomResult_t peer_send(struct bootstrap* b, int peer, uint16_t type, uint32_t tag,
+                              const void* buf, size_t len, const char* what,
+                              const struct deadline* dl, int survivor) {
   struct loom_comm* comm = b->comm;
-  struct peer_stop ps = {.b = b, .peer = peer};
+  struct peer_stop ps = {.b = b, .peer = peer, .survivor = survivor};
   struct sock_stop stop = {.fn = peer_gone, .arg = &ps};
   if (peer_gone(&ps)) return boot_send_error(b, ECANCELED, what, peer);
   struct boot_link* l = NULL;
@@ -179,6 +181,12 @@ loomResult_t boot_peer_send(struct bootstrap* b, int peer, uint16_t type, uint32
   pthread_mutex_unlock(&l->send_lock);
   if (err != 0) return boot_send_error(b, err, what, peer);
   return res;
+}
+
+loomResult_t boot_peer_send(struct bootstrap* b, int peer, uint16_t type, uint32_t tag,
+                            const void* buf, size_t len, const char* what,
+                            const struct deadline* dl) {
+  return peer_send(b, peer, type, tag, buf, len, what, dl, 0);
 }
 
 /* ---- State ------------------------------------------------------------------------ */
@@ -367,8 +375,8 @@ static loomResult_t send_self(struct bootstrap* b, uint32_t tag, const void* buf
   return loomSuccess;
 }
 
-loomResult_t boot_send(struct loom_comm* comm, int peer, uint32_t tag, const void* buf, size_t len,
-                       const struct deadline* dl) {
+static loomResult_t send_to(struct loom_comm* comm, int peer, uint32_t tag, const void* buf,
+                            size_t len, const struct deadline* dl, int survivor) {
   LOOM_CHECK(p2p_check(comm, "boot_send", peer, buf, len));
   struct bootstrap* b = comm->boot;
   struct deadline own = deadline_in_ms(comm->timeout_ms);
@@ -376,11 +384,16 @@ loomResult_t boot_send(struct loom_comm* comm, int peer, uint32_t tag, const voi
   if (dl == NULL) dl = &own;
   if (peer == comm->rank) return send_self(b, tag, buf, len);
   snprintf(what, sizeof(what), "a message with tag %u", tag);
-  return boot_peer_send(b, peer, BOOT_P2P, tag, buf, len, what, dl);
+  return peer_send(b, peer, BOOT_P2P, tag, buf, len, what, dl, survivor);
 }
 
-loomResult_t boot_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf, size_t len,
-                       size_t* got_out, const struct deadline* dl) {
+loomResult_t boot_send(struct loom_comm* comm, int peer, uint32_t tag, const void* buf, size_t len,
+                       const struct deadline* dl) {
+  return send_to(comm, peer, tag, buf, len, dl, 0);
+}
+
+static loomResult_t recv_from(struct loom_comm* comm, int peer, uint32_t tag, void* buf, size_t len,
+                              size_t* got_out, const struct deadline* dl, int survivor) {
   LOOM_CHECK(p2p_check(comm, "boot_recv", peer, buf, len));
   struct bootstrap* b = comm->boot;
   struct deadline own = deadline_in_ms(comm->timeout_ms);
@@ -388,7 +401,8 @@ loomResult_t boot_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf
   char what[64];
   if (dl == NULL) dl = &own;
   snprintf(what, sizeof(what), "the message with tag %u", tag);
-  LOOM_CHECK(boot_mail_wait(b, BOOT_P2P, tag, peer, what, dl, &m));
+  LOOM_CHECK(survivor ? boot_mail_wait_sender(b, BOOT_P2P, tag, peer, what, dl, &m)
+                      : boot_mail_wait(b, BOOT_P2P, tag, peer, what, dl, &m));
   if (got_out != NULL ? m->len > len : m->len != len) {
     size_t got = m->len;
     free(m);
@@ -400,4 +414,19 @@ loomResult_t boot_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf
   if (got_out != NULL) *got_out = m->len;
   free(m);
   return loomSuccess;
+}
+
+loomResult_t boot_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf, size_t len,
+                       size_t* got_out, const struct deadline* dl) {
+  return recv_from(comm, peer, tag, buf, len, got_out, dl, 0);
+}
+
+loomResult_t boot_survivor_send(struct loom_comm* comm, int peer, uint32_t tag, const void* buf,
+                                size_t len, const struct deadline* dl) {
+  return send_to(comm, peer, tag, buf, len, dl, 1);
+}
+
+loomResult_t boot_survivor_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf,
+                                size_t len, const struct deadline* dl) {
+  return recv_from(comm, peer, tag, buf, len, NULL, dl, 1);
 }

@@ -293,8 +293,11 @@ static void failed_report(struct bootstrap* b, const struct boot_link* l,
     boot_peer_failed(b, peer, loomRemoteError, why);
     return;
   }
-  comm_set_failed(b->comm, peer, loomRemoteError, "peer %d failed (reported by rank 0): %s", peer,
-                  f.why);
+  if (peer < 0) /* not a peer's failure: the communicator's (a revoke) */
+    comm_set_failed(b->comm, -1, loomRemoteError, "%s (told by rank 0)", f.why);
+  else
+    comm_set_failed(b->comm, peer, loomRemoteError, "peer %d failed (reported by rank 0): %s", peer,
+                    f.why);
   boot_mail_wake(b);
 }
 

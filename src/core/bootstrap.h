@@ -207,6 +207,13 @@ loomResult_t boot_send(struct loom_comm* comm, int peer, uint32_t tag, const voi
  * communicator without sending it. Thread-safe as boot_send. */
 loomResult_t boot_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf, size_t len,
                        size_t* got_out, const struct deadline* dl);
+/* boot_send and boot_recv for a shrink, among the ranks that are left of a
+ * communicator that may have failed: its failure does not stop them, only
+ * an abort, the deadline or the peer's departure. */
+loomResult_t boot_survivor_send(struct loom_comm* comm, int peer, uint32_t tag, const void* buf,
+                                size_t len, const struct deadline* dl);
+loomResult_t boot_survivor_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf,
+                                size_t len, const struct deadline* dl);
 /* The communicator's secret: what every connection of it must present
  * (transports check it in their own handshakes). Pure. */
 uint64_t boot_secret(const struct loom_comm* comm);

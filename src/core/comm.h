@@ -71,6 +71,7 @@ struct loom_comm {
   /* A first failure recorded but not yet published (comm_fail_reserve):
    * its code, else loomSuccess. Under err_lock. */
   int fail_pending;
+  uint32_t shrinks; /* loomCommShrink calls on this rank (their messages' tags) */
 
   /* Called by the bootstrap's watcher when a peer fails, so that waiters in
    * the upper layers wake up at once. Set by the transport layer. */
