@@ -12,6 +12,7 @@
 #include "collectives/coll.h"
 #include "core/bootstrap.h"
 #include "core/checks.h"
+#include "core/fault.h"
 #include "core/handle.h"
 #include "core/params.h"
 #include "topo/topo.h"
@@ -134,6 +135,7 @@ static loomResult_t init_body(struct loom_comm* comm, const struct boot_id* id) 
   LOOM_CHECK(tp_comm_init(comm));
   LOOM_CHECK(coll_comm_init(comm));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  fault_point("initdone", comm->rank);
   LOOM_CHECK(boot_barrier_init_done(comm, &dl));
   /* Everyone passed the last barrier: init is done. A peer that fails from
    * here on (even at once) is the next operation's error, not init's. */

@@ -98,10 +98,15 @@ static loomResult_t shrink_id(struct loom_comm* comm, const unsigned char* exclu
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   if (comm->rank != root) return boot_survivor_recv(comm, root, tag, id, sizeof(*id), &dl);
   LOOM_CHECK(boot_id_create(id));
-  for (int r = 0; r < comm->nranks; r++)
-    if (r != root && !excluded[r])
-      LOOM_CHECK(boot_survivor_send(comm, r, tag, id, sizeof(*id), &dl));
-  return loomSuccess;
+  /* Every survivor that can be reached gets the id, even after a failed send
+   * (a rank listed as a survivor that is dead): none is left waiting for it. */
+  loomResult_t first = loomSuccess;
+  for (int r = 0; r < comm->nranks; r++) {
+    if (r == root || excluded[r]) continue;
+    loomResult_t res = boot_survivor_send(comm, r, tag, id, sizeof(*id), &dl);
+    if (first == loomSuccess) first = res;
+  }
+  return first;
 }
 
 static loomResult_t shrink_body(struct loom_comm* comm, const unsigned char* excluded,

@@ -64,8 +64,14 @@ static loomResult_t gather_leaf(struct bootstrap* b, uint32_t tag, const void* i
   if (err != 0) return boot_send_error(b, err, what, 0);
   struct boot_mail* m;
   snprintf(what, sizeof(what), "all-gather #%u result", tag);
-  LOOM_CHECK(root_only ? boot_mail_wait_sender(b, BOOT_DATA, tag, 0, what, dl, &m)
-                       : boot_mail_wait(b, BOOT_DATA, tag, 0, what, dl, &m));
+  loomResult_t r = root_only ? boot_mail_wait_sender(b, BOOT_DATA, tag, 0, what, dl, &m)
+                             : boot_mail_wait(b, BOOT_DATA, tag, 0, what, dl, &m);
+  if (r != loomSuccess && root_only) {
+    /* Rank 0 went down because of a failure it reported: name that cause. */
+    loomResult_t cause = comm_health(comm);
+    return cause != loomSuccess ? cause : r;
+  }
+  if (r != loomSuccess) return r;
   if (m->len != total) {
     size_t got = m->len;
     free(m);

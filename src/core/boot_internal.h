@@ -88,6 +88,9 @@ struct bootstrap {
    * knows: written by the watcher, read by any thread. */
   _Atomic unsigned char* left; /* comm->nranks entries */
   _Atomic int nleft;
+  /* Peers known to have failed (a closed link, rank 0's notice): ends a
+   * wait on that sender alone (boot_mail_wait_sender). After left. */
+  _Atomic unsigned char* dead;
 
   pthread_mutex_t notify_lock; /* rank 0: one failure or departure notice at a time */
   pthread_mutex_t mail_lock;

@@ -179,6 +179,10 @@ static loomResult_t peer_send(struct bootstrap* b, int peer, uint16_t type, uint
     if (err != 0 && l->kind == BOOT_OUT) atomic_store(&l->dead, 1);
   }
   pthread_mutex_unlock(&l->send_lock);
+  if (err != 0 && survivor) /* the communicator has failed: name this send's own cause */
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomRemoteError,
+                       "bootstrap: rank %d: sending %s to rank %d failed: %s", comm->rank, what,
+                       peer, sock_err_str(err));
   if (err != 0) return boot_send_error(b, err, what, peer);
   return res;
 }

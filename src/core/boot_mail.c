@@ -105,11 +105,15 @@ static loomResult_t mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, 
   uint64_t start = time_now_ns();
   loomResult_t verdict = loomSuccess;
   struct boot_mail* m;
-  int left = 0;
+  int left = 0, dead = 0;
   pthread_mutex_lock(&b->mail_lock);
   while ((m = mail_take_locked(b, type, tag, from)) == NULL) {
     verdict = wait_verdict(b->comm, dl, sender_only);
     if (verdict != loomSuccess) break;
+    /* The communicator's failure does not end a wait on one sender, but
+     * that sender's own does. */
+    dead = sender_only && atomic_load(&b->dead[from]);
+    if (dead) break;
     /* Its goodbye follows its messages on the socket they come by, and the
      * watcher files a message before it reads what follows: no message
      * yet, yet gone and its socket quiet, means none will come. */
@@ -119,6 +123,10 @@ static loomResult_t mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, 
     cond_wait_slice(b, dl);
   }
   pthread_mutex_unlock(&b->mail_lock);
+  if (m == NULL && dead)
+    return err_set_sub(b->comm, SUB_BOOTSTRAP, loomRemoteError,
+                       "bootstrap: rank %d failed while rank %d waited for %s from it", from,
+                       b->comm->rank, what);
   if (m == NULL && left) {
     char doing[120];
     snprintf(doing, sizeof(doing), "rank %d still waited for %s", b->comm->rank, what);

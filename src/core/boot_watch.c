@@ -24,7 +24,7 @@
 loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstrap** out) {
   struct bootstrap* b = calloc(1, sizeof(*b));
   struct boot_link* links = calloc((size_t)nlinks, sizeof(*links));
-  _Atomic unsigned char* left = calloc((size_t)comm->nranks, sizeof(*left));
+  _Atomic unsigned char* left = calloc(2 * (size_t)comm->nranks, sizeof(*left)); /* and dead */
   struct boot_addr* addrs = calloc((size_t)comm->nranks, sizeof(*addrs));
   if (b != NULL) {
     b->comm = comm;
@@ -43,6 +43,7 @@ loomResult_t boot_state_alloc(struct loom_comm* comm, int nlinks, struct bootstr
   b->nlinks = nlinks;
   b->links = links;
   b->left = left;
+  b->dead = left + comm->nranks;
   b->stop_fd = -1;
   b->mail_tail = &b->mail;
   for (int i = 0; i < nlinks; i++) {
@@ -224,6 +225,7 @@ void boot_peer_leaves(struct bootstrap* b, int peer) {
 void boot_peer_failed(struct bootstrap* b, int peer, loomResult_t code, const char* why) {
   struct boot_link* l = link_of(b, peer);
   if (l != NULL && atomic_exchange(&l->dead, 1)) return; /* reported already */
+  if (peer >= 0 && peer < b->comm->nranks) atomic_store(&b->dead[peer], 1);
   if (b->comm->rank != 0) {
     comm_set_failed(b->comm, peer, code, "%s", why);
   } else {
@@ -295,9 +297,11 @@ static void failed_report(struct bootstrap* b, const struct boot_link* l,
   }
   if (peer < 0) /* not a peer's failure: the communicator's (a revoke) */
     comm_set_failed(b->comm, -1, loomRemoteError, "%s (told by rank 0)", f.why);
-  else
+  else {
+    atomic_store(&b->dead[peer], 1);
     comm_set_failed(b->comm, peer, loomRemoteError, "peer %d failed (reported by rank 0): %s", peer,
                     f.why);
+  }
   boot_mail_wake(b);
 }
 

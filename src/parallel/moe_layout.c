@@ -14,6 +14,7 @@
  * Readings of the contract: K (topkIdx.shape[1]) may be 0; a NaN capacityFactor is misuse like
  * a negative one; a capacity too large for int64 saturates; a negative minCapacity acts as 0;
  * ByWeight orders a NaN weight below every number. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +49,9 @@ static loomResult_t opts_check(loomComm_t ep, const loomMoeOpts* o, int n) {
   if (o->expertAlignment < 1)
     return par_err(ep, k_create, "opts.expertAlignment is %lld, below 1",
                    (long long)o->expertAlignment);
-  if (!(o->capacityFactor >= 0))
-    return par_err(ep, k_create, "opts.capacityFactor is %g, below 0 (0 is dropless)",
+  if (!(o->capacityFactor >= 0 && o->capacityFactor <= DBL_MAX))
+    return par_err(ep, k_create,
+                   "opts.capacityFactor is %g, not a finite value >= 0 (0 is dropless)",
                    o->capacityFactor);
   if (o->dropPolicy != loomMoeDropByPosition && o->dropPolicy != loomMoeDropByWeight)
     return par_err(ep, k_create, "opts.dropPolicy is %d, not a loomMoeDropPolicy_t",

@@ -212,6 +212,40 @@ TEST_P(FaultShrink, KillARankThenShrinkAndGoOn) {
       o);
 }
 
+// A rank killed right before init's last barrier (LOOM_FAULT=initdone:k), rank 0 (which runs
+// the barrier) or another: every other rank's init returns loomRemoteError naming it, at
+// once, not at its deadline (init's last barrier waits on rank 0 alone, and rank 0's death or
+// teardown ends that wait).
+class FaultInitLastBarrier : public ::testing::TestWithParam<int> {};
+
+TEST_P(FaultInitLastBarrier, SurvivorsFailAtOnceNamingIt) {
+  const int dead = GetParam();
+  harness::Opts o = never_opts();
+  o.init = harness::Init::None;
+  o.env = {{"LOOM_FAULT", "initdone:" + std::to_string(dead)}};
+  o.expect_killed = {dead};
+  harness::run(
+      4, Mode::Proc,
+      [dead](Ctx& c) {
+        loomUniqueId id;
+        harness::share_id(c, &id);
+        if (::testing::Test::HasFatalFailure()) return;
+        loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+        cfg.timeoutMs = harness::kNeverMs;
+        loomComm_t comm = nullptr;
+        loomResult_t r = loomCommInitRankConfig(&comm, c.nranks, id, c.rank, &cfg);
+        ASSERT_NE(c.rank, dead) << "the rank survived LOOM_FAULT=initdone";
+        std::string text = loomGetLastError(nullptr);
+        EXPECT_EQ(r, loomRemoteError) << loomGetErrorString(r) << ": " << text;
+        EXPECT_TRUE(harness::names_rank(text, dead));
+        EXPECT_TRUE(harness::noticed_at_once(text));
+        if (r == loomSuccess) c.comm = comm;
+      },
+      o);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, FaultInitLastBarrier, ::testing::Values(0, 2));
+
 INSTANTIATE_TEST_SUITE_P(Runs, FaultShrink,
                          ::testing::Combine(::testing::Values(4, 8), ::testing::Range(0, 5)));
 
