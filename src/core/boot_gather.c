@@ -26,7 +26,7 @@ static loomResult_t size_error(struct bootstrap* b, const char* what, int from, 
 }
 
 static loomResult_t gather_root(struct bootstrap* b, uint32_t tag, const void* in, size_t len,
-                                void* out, const struct deadline* dl) {
+                                void* out, const struct deadline* dl, int root_only) {
   struct loom_comm* comm = b->comm;
   size_t total = len * (size_t)comm->nranks;
   char what[48];
@@ -44,9 +44,12 @@ static loomResult_t gather_root(struct bootstrap* b, uint32_t tag, const void* i
     free(m);
   }
   snprintf(what, sizeof(what), "all-gather #%u result", tag);
+  /* Init's last barrier (root_only): with every rank arrived, init is done,
+   * and every rank must hear it, even when the parent of a split fails now
+   * (COMM_ABORT_PARENT): the sends are not stopped by the abort flag then. */
   for (int r = 1; r < comm->nranks; r++) {
-    int err =
-        boot_link_send(&b->links[r], 0, BOOT_DATA, tag, out, (uint32_t)total, dl, &comm->aborted);
+    int err = boot_link_send(&b->links[r], 0, BOOT_DATA, tag, out, (uint32_t)total, dl,
+                             root_only ? NULL : &comm->aborted);
     if (err != 0) return boot_send_error(b, err, what, r);
   }
   return loomSuccess;
@@ -101,7 +104,7 @@ static loomResult_t allgather(struct loom_comm* comm, const void* in, size_t len
     copy_bytes(out, in, len);
     return loomSuccess;
   }
-  if (comm->rank == 0) return gather_root(b, tag, in, len, out, dl);
+  if (comm->rank == 0) return gather_root(b, tag, in, len, out, dl, root_only);
   return gather_leaf(b, tag, in, len, out, dl, root_only);
 }
 

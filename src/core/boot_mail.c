@@ -51,7 +51,10 @@ static struct boot_mail* mail_take_locked(struct bootstrap* b, uint16_t type, ui
 /* Why a wait must stop, or loomSuccess to go on waiting. */
 static loomResult_t wait_verdict(struct loom_comm* comm, const struct deadline* dl,
                                  int sender_only) {
-  if (atomic_load(&comm->aborted)) return loomInvalidUsage;
+  /* A sender-only wait ignores the parent's failure too (COMM_ABORT_PARENT):
+   * once init's last barrier is reached, rank 0 alone decides. */
+  int aborted = atomic_load(&comm->aborted);
+  if (aborted && !(sender_only && aborted == COMM_ABORT_PARENT)) return loomInvalidUsage;
   int err = atomic_load(&comm->async_error);
   if (!sender_only && err != loomSuccess && err != loomInProgress) return (loomResult_t)err;
   if (deadline_passed(dl)) return loomTimeout;
