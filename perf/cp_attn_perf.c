@@ -160,14 +160,8 @@ static loomResult_t variant_call_run(void* arg) {
 /* The median over iterations of the slowest rank's time, in seconds; < 0 on an error. */
 static double variant_time(struct run* r, enum variant v) {
   struct variant_call c = {r, v};
-  double med = -1;
-  loomResult_t res = pb_median(r->comm, r->c->warmup, r->c->iters, variant_call_run, &c, &med);
-  if (res != loomSuccess) {
-    fprintf(stderr, "cp_attn_perf: rank %d: %s: %s (%s)\n", r->rank, names[v],
-            loomGetErrorString(res), loomGetLastError(r->comm));
-    return -1;
-  }
-  return med;
+  return pb_time(r->comm, r->rank, "cp_attn_perf", names[v], r->c->warmup, r->c->iters,
+                 variant_call_run, &c);
 }
 
 static int parse(int argc, char** argv, struct cfg* c) {

@@ -5,6 +5,7 @@
 #ifndef LOOM_PERF_PAR_BENCH_H
 #define LOOM_PERF_PAR_BENCH_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -56,6 +57,17 @@ static inline loomResult_t pb_median(loomComm_t comm, int warmup, int iters,
   }
   free(t);
   return r;
+}
+
+/* pb_median in seconds, or < 0 after printing "tool: rank R: what: error (last error)". */
+static inline double pb_time(loomComm_t comm, int rank, const char* tool, const char* what,
+                             int warmup, int iters, loomResult_t (*body)(void*), void* arg) {
+  double med = -1;
+  loomResult_t res = pb_median(comm, warmup, iters, body, arg, &med);
+  if (res == loomSuccess) return med;
+  fprintf(stderr, "%s: rank %d: %s: %s (%s)\n", tool, rank, what, loomGetErrorString(res),
+          loomGetLastError(comm));
+  return -1;
 }
 
 #endif

@@ -8,8 +8,8 @@
  * without rank 0's star: the lowest surviving rank makes a fresh unique id
  * and hands it to each other survivor over the bootstrap's rank-to-rank
  * links, in their survivor form (a failure of the old communicator does not
- * stop them; the sender's departure, the deadline or an abort do), and all
- * survivors then initialise on it, ranked in their old order. */
+ * stop them; the sender's departure or failure, the deadline or an abort
+ * do), and all survivors then initialise on it, ranked in their old order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -226,9 +226,10 @@ void boot_mail_wake(struct bootstrap* b);
  * names it in messages: "all-gather #3 data"). */
 loomResult_t boot_mail_wait(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
                             const char* what, const struct deadline* dl, struct boot_mail** out);
-/* The same, but a failure of the communicator does not end the wait, only
- * from's departure, the deadline or the abort flag: for a message whose
- * sender decides alone whether it comes (init's last barrier). */
+/* The same, but a failure of the communicator (and a parent's, during a
+ * split: COMM_ABORT_PARENT) does not end the wait, only from's departure or
+ * known failure, the deadline or loomCommAbort: for a message whose sender
+ * decides alone whether it comes (init's last barrier, a shrink's id). */
 loomResult_t boot_mail_wait_sender(struct bootstrap* b, uint16_t type, uint32_t tag, int from,
                                    const char* what, const struct deadline* dl,
                                    struct boot_mail** out);

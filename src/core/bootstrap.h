@@ -173,11 +173,12 @@ loomResult_t boot_allgather(struct loom_comm* comm, const void* in, size_t len, 
                             const struct deadline* dl);
 loomResult_t boot_barrier(struct loom_comm* comm, const struct deadline* dl);
 /* Init's last barrier: once rank 0 has every rank's arrival, every rank's
- * init succeeds. A rank other than 0 waits for rank 0's word only (its
- * departure, the deadline or an abort end the wait, not a failure that
- * another peer reports): a peer that returned from init and failed at once
- * (an abort right after init) is the next operation's error, not init's,
- * on every rank. A failing rank 0 tears down, which its peers see. */
+ * init succeeds. A rank other than 0 waits for rank 0's word only (rank 0's
+ * departure or failure, the deadline or loomCommAbort end the wait; a
+ * failure another peer reports, or a split's parent failing, do not): a
+ * peer that returned from init and failed at once is the next operation's
+ * error, not init's, on every rank. A failing rank 0 tears down, which its
+ * peers see, and they return the cause it reported. */
 loomResult_t boot_barrier_init_done(struct loom_comm* comm, const struct deadline* dl);
 
 /* ---- Rank to rank (what a connection-oriented transport swaps endpoint
@@ -209,7 +210,7 @@ loomResult_t boot_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf
                        size_t* got_out, const struct deadline* dl);
 /* boot_send and boot_recv for a shrink, among the ranks that are left of a
  * communicator that may have failed: its failure does not stop them, only
- * an abort, the deadline or the peer's departure. */
+ * an abort, the deadline, or the peer's departure or known failure. */
 loomResult_t boot_survivor_send(struct loom_comm* comm, int peer, uint32_t tag, const void* buf,
                                 size_t len, const struct deadline* dl);
 loomResult_t boot_survivor_recv(struct loom_comm* comm, int peer, uint32_t tag, void* buf,

@@ -35,36 +35,6 @@ loomTensor cp_slice(const loomTensor* t, int dim, int64_t start, int64_t len) {
   return s;
 }
 
-static double cast_get(const char* p, loomDataType_t dt) {
-  switch (dt) {
-    case loomFloat16:
-      return par_half_to_float(*(const uint16_t*)p);
-    case loomBfloat16:
-      return par_bf16_to_float(*(const uint16_t*)p);
-    case loomFloat32:
-      return *(const float*)p;
-    default:
-      return *(const double*)p;
-  }
-}
-
-/* Half types come from float32 accumulators, so (float)x is exact and rounding happens once. */
-static void cast_put(char* p, loomDataType_t dt, double x) {
-  switch (dt) {
-    case loomFloat16:
-      *(uint16_t*)p = par_float_to_half((float)x);
-      break;
-    case loomBfloat16:
-      *(uint16_t*)p = par_float_to_bf16((float)x);
-      break;
-    case loomFloat32:
-      *(float*)p = (float)x;
-      break;
-    default:
-      *(double*)p = x;
-  }
-}
-
 void cp_cast(const loomTensor* src, const loomTensor* dst) {
   if (src->dtype == dst->dtype) {
     par_copy(src, dst);
@@ -73,15 +43,14 @@ void cp_cast(const loomTensor* src, const loomTensor* dst) {
   int64_t n = par_numel(src);
   if (n == 0) return;
   int last = src->ndim - 1;
-  int64_t ss = (int64_t)par_dtype_size(src->dtype), ds = (int64_t)par_dtype_size(dst->dtype);
   int64_t idx[LOOM_TENSOR_MAX_DIMS] = {0}, w = last >= 0 ? src->shape[last] : 1;
   for (int64_t r = 0; r < n / w; r++) {
     int64_t so = 0, dof = 0;
     for (int d = 0; d < last; d++) so += idx[d] * src->strides[d], dof += idx[d] * dst->strides[d];
     int64_t sst = last >= 0 ? src->strides[last] : 0, dst_st = last >= 0 ? dst->strides[last] : 0;
     for (int64_t e = 0; e < w; e++)
-      cast_put((char*)dst->data + (dof + e * dst_st) * ds, dst->dtype,
-               cast_get((const char*)src->data + (so + e * sst) * ss, src->dtype));
+      par_put(dst->data, dof + e * dst_st, dst->dtype,
+              par_get(src->data, so + e * sst, src->dtype));
     for (int d = last - 1; d >= 0; d--) {
       if (++idx[d] < src->shape[d]) break;
       idx[d] = 0;

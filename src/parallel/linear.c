@@ -21,19 +21,6 @@ static loomResult_t lin_gemm(const struct lin_call* c, int ta, int tb, int64_t m
                      c->stream);
 }
 
-static double load(const void* p, int64_t i, loomDataType_t dt) {
-  switch (dt) {
-    case loomFloat16:
-      return par_half_to_float(((const uint16_t*)p)[i]);
-    case loomBfloat16:
-      return par_bf16_to_float(((const uint16_t*)p)[i]);
-    case loomFloat32:
-      return ((const float*)p)[i];
-    default:
-      return ((const double*)p)[i];
-  }
-}
-
 /* C = op(A) * op(B) (+ beta * C) over k, as lin_gemm; an empty C calls nothing, and with no
  * k the product is zero: C is zeroed (beta 0) or left as it is (beta 1). */
 static loomResult_t lin_product(const struct lin_call* c, int ta, int tb, const struct lin_mat* C,
@@ -45,23 +32,6 @@ static loomResult_t lin_product(const struct lin_call* c, int ta, int tb, const 
   for (int64_t i = 0; beta == 0.0 && i < C->rows; i++)
     memset((char*)C->data + i * C->ld * (int64_t)es, 0, (size_t)C->cols * es);
   return loomSuccess;
-}
-
-/* Stores v, computed in the dtype's accumulation type (float for the 16-bit types). */
-static void store(void* p, int64_t i, loomDataType_t dt, double v) {
-  switch (dt) {
-    case loomFloat16:
-      ((uint16_t*)p)[i] = par_float_to_half((float)v);
-      break;
-    case loomBfloat16:
-      ((uint16_t*)p)[i] = par_float_to_bf16((float)v);
-      break;
-    case loomFloat32:
-      ((float*)p)[i] = (float)v;
-      break;
-    default:
-      ((double*)p)[i] = v;
-  }
 }
 
 /* Every row of the rows x cols matrix at C (leading dimension ldc) becomes b, so that a GEMM
@@ -78,8 +48,8 @@ static void bias_fill(const loomTensor* b, void* C, int64_t rows, int64_t cols, 
 static void bias_add(const loomTensor* b, void* C, int64_t rows, int64_t cols, int64_t ldc) {
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < cols; j++) {
-      double v = load(C, i * ldc + j, b->dtype) + load(b->data, j * b->strides[0], b->dtype);
-      store(C, i * ldc + j, b->dtype, b->dtype == loomFloat64 ? v : (double)(float)v);
+      double v = par_get(C, i * ldc + j, b->dtype) + par_get(b->data, j * b->strides[0], b->dtype);
+      par_put(C, i * ldc + j, b->dtype, b->dtype == loomFloat64 ? v : (double)(float)v);
     }
 }
 
@@ -273,15 +243,16 @@ loomResult_t loomLinearBackwardWeight(const loomTensor* x, const loomTensor* dy,
   if (res != loomSuccess || db == NULL) return res;
   /* db = sum over rows of dy, in the accumulation type, in row order. */
   for (int64_t j = 0; j < a.dy.cols; j++) {
-    double s = c.opts.accumulate ? load(db->data, j * db->strides[0], c.dtype) : 0.0;
+    double s = c.opts.accumulate ? par_get(db->data, j * db->strides[0], c.dtype) : 0.0;
     if (c.dtype == loomFloat64) {
-      for (int64_t i = 0; i < a.dy.rows; i++) s += load(a.dy.data, i * a.dy.ld + j, c.dtype);
+      for (int64_t i = 0; i < a.dy.rows; i++) s += par_get(a.dy.data, i * a.dy.ld + j, c.dtype);
     } else {
       float f = (float)s;
-      for (int64_t i = 0; i < a.dy.rows; i++) f += (float)load(a.dy.data, i * a.dy.ld + j, c.dtype);
+      for (int64_t i = 0; i < a.dy.rows; i++)
+        f += (float)par_get(a.dy.data, i * a.dy.ld + j, c.dtype);
       s = f;
     }
-    store(db->data, j * db->strides[0], c.dtype, s);
+    par_put(db->data, j * db->strides[0], c.dtype, s);
   }
   return loomSuccess;
 }

@@ -78,6 +78,37 @@ static inline uint16_t par_float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+/* Element i of a float dtype's array as a double, and v stored there: through float for the
+ * 16-bit types, which come from float32 accumulators, so the one rounding is the store's. */
+static inline double par_get(const void* p, int64_t i, loomDataType_t dt) {
+  switch (dt) {
+    case loomFloat16:
+      return par_half_to_float(((const uint16_t*)p)[i]);
+    case loomBfloat16:
+      return par_bf16_to_float(((const uint16_t*)p)[i]);
+    case loomFloat32:
+      return ((const float*)p)[i];
+    default:
+      return ((const double*)p)[i];
+  }
+}
+
+static inline void par_put(void* p, int64_t i, loomDataType_t dt, double v) {
+  switch (dt) {
+    case loomFloat16:
+      ((uint16_t*)p)[i] = par_float_to_half((float)v);
+      break;
+    case loomBfloat16:
+      ((uint16_t*)p)[i] = par_float_to_bf16((float)v);
+      break;
+    case loomFloat32:
+      ((float*)p)[i] = (float)v;
+      break;
+    default:
+      ((double*)p)[i] = v;
+  }
+}
+
 /* ---- Tensors ----------------------------------------------------------------------------- */
 
 int64_t par_numel(const loomTensor* t);

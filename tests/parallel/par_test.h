@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -93,6 +95,26 @@ std::vector<unsigned char> bytes_of(const std::vector<T>& v) {
   std::vector<unsigned char> b(v.size() * sizeof(T));
   if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
   return b;
+}
+
+// ---- Files for the PyTorch checks (tests/parallel/torch_check.sh) ----------------------------
+
+// LOOM_TORCH_DIR, where the TorchDump tests write; "" when unset (they skip then).
+inline std::string torch_dir() {
+  const char* d = getenv("LOOM_TORCH_DIR");
+  return d ? d : "";
+}
+#define TORCH_DIR_UNSET "LOOM_TORCH_DIR is not set (tests/parallel/torch_check.sh sets it)"
+
+// dir/name: v as raw float64, for a torch_*.py to read.
+inline void torch_put(const std::string& dir, const std::string& name,
+                      const std::vector<double>& v) {
+  std::string path = dir + "/" + name;
+  FILE* f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  size_t wrote = fwrite(v.data(), sizeof(double), v.size(), f);
+  fclose(f);
+  ASSERT_EQ(wrote, v.size()) << path;
 }
 
 // ---- Float types as float64 values --------------------------------------------------------

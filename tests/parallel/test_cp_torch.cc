@@ -12,13 +12,6 @@ namespace {
 using partest::Ctx;
 using partest::Mode;
 
-void put(const std::string& path, const std::vector<double>& v) {
-  FILE* f = fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr) << path;
-  ASSERT_EQ(fwrite(v.data(), sizeof(double), v.size(), f), v.size());
-  fclose(f);
-}
-
 // The whole sequence of a local result, in position order.
 std::vector<double> unshard(const Ctx& c, cptest::Buf& local, int seq_dim, loomCpLayout_t l) {
   std::vector<int64_t> shape = local.shape;
@@ -32,10 +25,8 @@ std::vector<double> unshard(const Ctx& c, cptest::Buf& local, int seq_dim, loomC
 }
 
 TEST(TorchDumpCpAttn, ZigzagCausalGqaThreeAlgorithms) {
-  const char* dir = getenv("LOOM_TORCH_DIR");
-  if (dir == nullptr)
-    GTEST_SKIP() << "LOOM_TORCH_DIR is not set (tests/parallel/torch_check.sh sets it)";
-  std::string d = dir;
+  std::string d = partest::torch_dir();
+  if (d.empty()) GTEST_SKIP() << TORCH_DIR_UNSET;
   harness::run(
       3, Mode::Thread,
       [d](Ctx& c) {
@@ -50,15 +41,18 @@ TEST(TorchDumpCpAttn, ZigzagCausalGqaThreeAlgorithms) {
           auto dq = unshard(c, l.dq, 1, o.layout), dk = unshard(c, l.dk, 1, o.layout);
           auto dv = unshard(c, l.dv, 1, o.layout);
           if (c.rank != 0) continue;
-          std::string pre = d + "/cp_" + names[a] + "_";
-          put(pre + "out", out), put(pre + "lse", lse), put(pre + "dq", dq);
-          put(pre + "dk", dk), put(pre + "dv", dv);
+          auto put = [&](const char* what, const std::vector<double>& v) {
+            partest::torch_put(d, std::string("cp_") + names[a] + "_" + what, v);
+          };
+          put("out", out), put("lse", lse), put("dq", dq), put("dk", dk), put("dv", dv);
         }
         if (c.rank != 0) return;
-        put(d + "/cp_shape",
+        using partest::torch_put;
+        torch_put(
+            d, "cp_shape",
             {(double)B, (double)S, (double)Hq, (double)Hkv, (double)D, (double)Dv, 1.0, p.c()});
-        put(d + "/cp_q", p.q), put(d + "/cp_k", p.k), put(d + "/cp_v", p.v);
-        put(d + "/cp_dout", p.dout);
+        torch_put(d, "cp_q", p.q), torch_put(d, "cp_k", p.k), torch_put(d, "cp_v", p.v);
+        torch_put(d, "cp_dout", p.dout);
       },
       partest::opts());
 }

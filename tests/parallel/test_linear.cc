@@ -492,10 +492,8 @@ TEST(LinearArgs, MisuseIsRefusedAndNamed) {
 // layer's gathered results go there as raw float64 files, for torch_mlp.py to recompute with
 // PyTorch's autograd. Skipped otherwise.
 TEST(TorchDump, MlpBlock) {
-  const char* dir = getenv("LOOM_TORCH_DIR");
-  if (dir == nullptr)
-    GTEST_SKIP() << "LOOM_TORCH_DIR is not set (tests/parallel/torch_check.sh sets it)";
-  std::string d = dir;
+  std::string d = partest::torch_dir();
+  if (d.empty()) GTEST_SKIP() << TORCH_DIR_UNSET;
   harness::run(
       3, Mode::Thread,
       [d](Ctx& c) {
@@ -519,12 +517,7 @@ TEST(TorchDump, MlpBlock) {
         Vec dw2 = gather(o.dw2, {H, o.fs[r]}, 1, o.fs);
         if (r != 0) return;
         Mlp ref(S, B, H, F, 1234);
-        auto put = [&](const char* name, const Vec& v) {
-          FILE* f = fopen((d + "/" + name).c_str(), "wb");
-          ASSERT_NE(f, nullptr) << d << "/" << name;
-          ASSERT_EQ(fwrite(v.data(), sizeof(double), v.size(), f), v.size());
-          fclose(f);
-        };
+        auto put = [&](const char* name, const Vec& v) { partest::torch_put(d, name, v); };
         put("mlp_shape", Vec{(double)S, (double)B, (double)H, (double)F});
         put("mlp_x", ref.x), put("mlp_w1", ref.w1), put("mlp_b1", ref.b1);
         put("mlp_w2", ref.w2), put("mlp_b2", ref.b2), put("mlp_g", ref.g);

@@ -121,10 +121,8 @@ void layer_run(Ctx& c, const Layer& L, Result& res) {
 }
 
 TEST(TorchDumpMoe, TopKExpertMlps) {
-  const char* dir = getenv("LOOM_TORCH_DIR");
-  if (dir == nullptr)
-    GTEST_SKIP() << "LOOM_TORCH_DIR is not set (tests/parallel/torch_check.sh sets it)";
-  std::string d = dir;
+  std::string d = partest::torch_dir();
+  if (d.empty()) GTEST_SKIP() << TORCH_DIR_UNSET;
   harness::run(
       1, Mode::Thread,
       [d](Ctx& c) {
@@ -132,12 +130,7 @@ TEST(TorchDumpMoe, TopKExpertMlps) {
         Result res;
         layer_run(c, L, res);
         if (::testing::Test::HasFatalFailure()) return;
-        auto put = [&](const char* name, const Vec& v) {
-          FILE* f = fopen((d + "/" + name).c_str(), "wb");
-          ASSERT_NE(f, nullptr) << d << "/" << name;
-          ASSERT_EQ(fwrite(v.data(), sizeof(double), v.size(), f), v.size());
-          fclose(f);
-        };
+        auto put = [&](const char* name, const Vec& v) { partest::torch_put(d, name, v); };
         put("moe_shape", Vec{(double)kT, (double)kK, (double)kE, (double)kH, (double)kF});
         put("moe_idx", Vec(L.idx.begin(), L.idx.end()));
         put("moe_x", L.x), put("moe_w", L.w), put("moe_w1", L.w1), put("moe_w2", L.w2);
