@@ -105,6 +105,10 @@ typedef struct {
   int blocking;
   int timeoutMs;
   const char* commName;
+  /* (Loom) 1: before each collective the ranks agree on its arguments and a
+   * mismatch is loomInvalidUsage on every rank (LOOM_CHECK_ARGS); 0: not;
+   * LOOM_CONFIG_UNDEF_INT: LOOM_CHECK_ARGS decides. Equal on every rank. */
+  int checkArgs;
 } loomConfig_t;
 
 #define LOOM_CONFIG_MAGIC 0x6c6f6f6dU /* "loom" */
@@ -112,7 +116,7 @@ typedef struct {
 #define LOOM_CONFIG_INITIALIZER                                                        \
   {                                                                                    \
     sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT, \
-        LOOM_CONFIG_UNDEF_INT, NULL                                                    \
+        LOOM_CONFIG_UNDEF_INT, NULL, LOOM_CONFIG_UNDEF_INT                             \
   }
 
 /* ---- Versions and errors ------------------------------------------------ */

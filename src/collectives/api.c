@@ -180,8 +180,7 @@ loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   struct coll_task t;
   task_fill(&t, COLL_ALLREDUCE, &c, sendbuff, recvbuff, count, datatype, 0);
   LOOM_CHECK(redop_resolve(c.comm, op, datatype, &t));
-  if (count == 0) return loomSuccess;
-  return group_submit(&t);
+  return group_submit_coll(c.fn, &t, count == 0);
 }
 
 static loomResult_t p2p_call(enum coll_kind kind, const char* fn, const void* sendbuff,
@@ -196,7 +195,7 @@ static loomResult_t p2p_call(enum coll_kind kind, const char* fn, const void* se
   if (count == 0) return loomSuccess;
   struct coll_task t;
   task_fill(&t, kind, &c, sendbuff, recvbuff, count, datatype, peer);
-  return group_submit(&t);
+  return group_submit(&t); /* point-to-point: LOOM_CHECK_ARGS does not pair sends with receives */
 }
 
 loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
@@ -224,10 +223,9 @@ loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
     LOOM_CHECK(check_buf(&c, "sendbuff", sendbuff, count, 1, es, NULL));
     LOOM_CHECK(check_overlap(&c, sendbuff, bytes, recvbuff, bytes, recvbuff));
   }
-  if (count == 0) return loomSuccess;
   struct coll_task t;
   task_fill(&t, COLL_BROADCAST, &c, sendbuff, recvbuff, count, datatype, root);
-  return group_submit(&t);
+  return group_submit_coll(c.fn, &t, count == 0);
 }
 
 loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
@@ -245,8 +243,7 @@ loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loom
   struct coll_task t;
   task_fill(&t, COLL_REDUCE, &c, sendbuff, recvbuff, count, datatype, root);
   LOOM_CHECK(redop_resolve(c.comm, op, datatype, &t));
-  if (count == 0) return loomSuccess;
-  return group_submit(&t);
+  return group_submit_coll(c.fn, &t, count == 0);
 }
 
 loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -259,10 +256,9 @@ loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   LOOM_CHECK(check_buf(&c, "recvbuff", recvbuff, sendcount, n, es, &rbytes));
   const char* inplace = recvbuff ? (char*)recvbuff + (size_t)c.comm->rank * sbytes : NULL;
   LOOM_CHECK(check_overlap(&c, sendbuff, sbytes, recvbuff, rbytes, inplace));
-  if (sendcount == 0) return loomSuccess;
   struct coll_task t;
   task_fill(&t, COLL_ALLGATHER, &c, sendbuff, recvbuff, sendcount, datatype, 0);
-  return group_submit(&t);
+  return group_submit_coll(c.fn, &t, sendcount == 0);
 }
 
 loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -280,8 +276,7 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   struct coll_task t;
   task_fill(&t, COLL_REDUCESCATTER, &c, sendbuff, recvbuff, recvcount, datatype, 0);
   LOOM_CHECK(redop_resolve(c.comm, op, datatype, &t));
-  if (recvcount == 0) return loomSuccess;
-  return group_submit(&t);
+  return group_submit_coll(c.fn, &t, recvcount == 0);
 }
 
 loomResult_t loomAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
@@ -293,10 +288,9 @@ loomResult_t loomAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
   LOOM_CHECK(check_buf(&c, "sendbuff", sendbuff, count, n, es, &bytes));
   LOOM_CHECK(check_buf(&c, "recvbuff", recvbuff, count, n, es, NULL));
   LOOM_CHECK(check_overlap(&c, sendbuff, bytes, recvbuff, bytes, recvbuff));
-  if (count == 0) return loomSuccess;
   struct coll_task t;
   task_fill(&t, COLL_ALLTOALL, &c, sendbuff, recvbuff, count, datatype, 0);
-  return group_submit(&t);
+  return group_submit_coll(c.fn, &t, count == 0);
 }
 
 /* The extent (elements) of a buffer described by counts and displacements,
@@ -346,11 +340,7 @@ loomResult_t loomAlltoAllv(const void* sendbuff, const size_t sendcounts[], cons
   memcpy(t.v + 2 * n, recvcounts, (size_t)n * sizeof(size_t));
   memcpy(t.v + 3 * n, rdispls, (size_t)n * sizeof(size_t));
   t.count = sext > rext ? sext : rext;
-  if (sext == 0 && rext == 0) {
-    free(t.v);
-    return loomSuccess;
-  }
-  return group_submit(&t); /* owns t.v from here */
+  return group_submit_coll(c.fn, &t, sext == 0 && rext == 0); /* owns t.v from here */
 }
 
 loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -369,10 +359,9 @@ loomResult_t loomGather(const void* sendbuff, void* recvbuff, size_t sendcount,
     const char* inplace = recvbuff ? (char*)recvbuff + (size_t)root * sbytes : NULL;
     LOOM_CHECK(check_overlap(&c, sendbuff, sbytes, recvbuff, rbytes, inplace));
   }
-  if (sendcount == 0) return loomSuccess;
   struct coll_task t;
   task_fill(&t, COLL_GATHER, &c, sendbuff, recvbuff, sendcount, datatype, root);
-  return group_submit(&t);
+  return group_submit_coll(c.fn, &t, sendcount == 0);
 }
 
 loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -389,8 +378,7 @@ loomResult_t loomScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
     const char* inplace = sendbuff ? (const char*)sendbuff + (size_t)root * rbytes : NULL;
     LOOM_CHECK(check_overlap(&c, recvbuff, rbytes, sendbuff, sbytes, inplace));
   }
-  if (recvcount == 0) return loomSuccess;
   struct coll_task t;
   task_fill(&t, COLL_SCATTER, &c, sendbuff, recvbuff, recvcount, datatype, root);
-  return group_submit(&t);
+  return group_submit_coll(c.fn, &t, recvcount == 0);
 }

@@ -111,6 +111,7 @@ struct coll_comm {
     struct plan_obj* obj; /* a reference; NULL: empty */
   } plans[PLAN_CACHE];
   int plans_next;
+  uint64_t check_seq; /* collectives called so far, when check_args (argcheck.c) */
 };
 
 /* comm_api.c */
@@ -153,6 +154,10 @@ static inline int redop_is_premul(loomRedOp_t op) {
  * or adds it to the thread's open group. Takes ownership of t->v, also on
  * failure. */
 loomResult_t group_submit(const struct coll_task* t);
+/* group_submit for a collective of api.c: first its argument check when the
+ * communicator has one (argcheck_call), then nothing more when it moves no
+ * bytes (empty; t->v is freed). Takes ownership of t->v. */
+loomResult_t group_submit_coll(const char* fn, const struct coll_task* t, int empty);
 
 /* exec_host.c: a launch on comm was released: the caller's last touch of
  * comm. coll_inflight_wait returns when no launch of cc is in flight
@@ -172,6 +177,15 @@ loomResult_t algo_plan_cached(const struct coll_task* t, struct plan_obj** out);
 struct plan_obj* plan_obj_new(void);
 /* The algorithms (TUNE_ALGO_BIT mask) that can serve kind. */
 unsigned algo_available(enum coll_kind kind);
+
+/* argcheck.c (comm->check_args): the ranks of t's communicator agree on
+ * its arguments: now (in_group 0: blocks until every rank has called), or,
+ * inside a group, at argcheck_group_end. On a mismatch every rank gets
+ * loomInvalidUsage naming the ranks and fields, set on the communicator. */
+loomResult_t argcheck_call(const char* fn, const struct coll_task* t, int in_group);
+/* Runs the checks of the calling thread's group (phased, so that one thread
+ * may drive several ranks of a communicator); the first failure's code. */
+loomResult_t argcheck_group_end(void);
 
 /* group.c: frees what tasks own (all-to-all-v arrays). */
 void tasks_release(struct coll_task* tasks, int ntasks);

@@ -128,6 +128,7 @@ static loomResult_t shrink_body(struct loom_comm* comm, const unsigned char* exc
   if (r != loomSuccess) return r;
   loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
   inherit.blocking = comm->blocking;
+  inherit.checkArgs = comm->check_args;
   inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
   return coll_init_rank(newcomm, newsize, &id, newrank, config ? config : &inherit, NULL,
                         comm->cuda_dev);

@@ -111,6 +111,21 @@ loomResult_t group_submit(const struct coll_task* t) {
   return loomSuccess;
 }
 
+loomResult_t group_submit_coll(const char* fn, const struct coll_task* t, int empty) {
+  if (t->comm->check_args) {
+    loomResult_t r = argcheck_call(fn, t, group_depth > 0);
+    if (r != loomSuccess) {
+      free(t->v);
+      return r;
+    }
+  }
+  if (empty) {
+    free(t->v);
+    return loomSuccess;
+  }
+  return group_submit(t);
+}
+
 loomResult_t loomGroupStart(void) {
   group_depth++;
   return loomSuccess;
@@ -124,6 +139,12 @@ loomResult_t loomGroupEnd(void) {
   int n = group_ntasks;
   group_tasks = NULL;
   group_ntasks = group_cap = 0;
+  /* Checks first: a mismatch launches nothing of the group. */
+  loomResult_t checked = argcheck_group_end();
+  if (checked != loomSuccess) {
+    tasks_release(tasks, n);
+    return checked;
+  }
   if (n == 0) {
     free(tasks);
     return loomSuccess;

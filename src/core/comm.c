@@ -2,6 +2,7 @@
 #include "core/comm.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +25,16 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
   c->cuda_dev = -1;
   c->blocking = 1;
   c->timeout_ms = params_get()->timeout_ms;
+  c->check_args = params_get()->check_args;
   if (config) {
     if (config->blocking != LOOM_CONFIG_UNDEF_INT) c->blocking = config->blocking != 0;
     if (config->timeoutMs != LOOM_CONFIG_UNDEF_INT && config->timeoutMs > 0)
       c->timeout_ms = config->timeoutMs;
     if (config->commName) snprintf(c->name, sizeof(c->name), "%s", config->commName);
+    /* A config from an older header ends before checkArgs. */
+    if (config->size >= offsetof(loomConfig_t, checkArgs) + sizeof(int) &&
+        config->checkArgs != LOOM_CONFIG_UNDEF_INT)
+      c->check_args = config->checkArgs != 0;
   }
   atomic_init(&c->async_error, loomInProgress);
   atomic_init(&c->aborted, 0);
@@ -231,7 +237,11 @@ loomResult_t comm_settings_check(struct loom_comm* comm) {
         snprintf(ranks + used, sizeof(ranks) - used, ",...");
     }
     if (!differ) continue;
-    params_agreed_value(k, mine, sizeof(mine));
+    if (strcmp(params_agreed_env(k), "LOOM_CHECK_ARGS") == 0)
+      snprintf(mine, sizeof(mine), "%d, from LOOM_CHECK_ARGS or config.checkArgs",
+               comm->check_args);
+    else
+      params_agreed_value(k, mine, sizeof(mine));
     return err_set_sub(comm, SUB_INIT, loomInvalidUsage,
                        "%s is not the same on every rank: rank%s %s %s another value than rank 0 "
                        "(this rank has '%s'); set it alike on every rank",

@@ -46,7 +46,8 @@ struct loom_comm {
   char name[64];
   int blocking;
   long long timeout_ms;
-  int cuda_dev; /* the CUDA device the communicator is bound to; -1: host ranks */
+  int cuda_dev;   /* the CUDA device the communicator is bound to; -1: host ranks */
+  int check_args; /* LOOM_CHECK_ARGS or config.checkArgs: agree on collectives' arguments */
 
   struct peer_info* peers; /* nranks rows, from the bootstrap */
   struct bootstrap* boot;

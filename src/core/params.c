@@ -498,6 +498,12 @@ const char* params_agreed_env(int k) {
   return i >= 0 ? params_rows[i].env : "?";
 }
 
+int params_agreed_find(const char* env) {
+  for (int k = 0; k < NAGREED; k++)
+    if (strcmp(params_agreed_env(k), env) == 0) return k;
+  return -1;
+}
+
 void params_agreed_value(int k, char* buf, size_t len) {
   int i = agreed_row(k);
   if (i < 0)

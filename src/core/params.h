@@ -78,6 +78,8 @@ int params_parse_size(const char* text, size_t* out);
 int params_agreed_count(void);
 const char* params_agreed_env(int k);
 void params_agreed_digest(uint64_t out[PARAMS_AGREED_MAX]);
+/* The index k of the agreed variable env, or -1. */
+int params_agreed_find(const char* env);
 /* The value of the k-th agreed variable as text ("" unset). */
 void params_agreed_value(int k, char* buf, size_t len);
 

@@ -36,6 +36,7 @@ std::string current_test_name() {
 loomConfig_t make_config(const Opts& opts) {
   loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
   cfg.timeoutMs = opts.comm_timeout_ms;
+  cfg.checkArgs = opts.check_args;
   return cfg;
 }
 

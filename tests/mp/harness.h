@@ -47,6 +47,7 @@ struct Opts {
   int timeout_s = 240;  // the whole run, from the harness's side
   Init init = Init::UniqueId;
   int comm_timeout_ms = 60000;                           // config.timeoutMs of the communicator
+  int check_args = LOOM_CONFIG_UNDEF_INT;                // config.checkArgs of the communicator
   std::vector<std::pair<std::string, std::string>> env;  // process ranks only
   struct RankEnv {
     int rank;
