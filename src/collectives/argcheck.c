@@ -14,7 +14,7 @@
  * 2^-64 chance.
  *
  * The fingerprints travel by an all-gather of the communicator itself (a
- * fixed 48 bytes, so it cannot mismatch), launched on the calling thread
+ * fixed 64 bytes, so it cannot mismatch), launched on the calling thread
  * before the call's own launch; every rank then holds every fingerprint and
  * reaches the same verdict with no further message. When an all-to-all-v's
  * sums differ, a second all-gather of the counts (up to ARGCHECK_MAX_V
@@ -22,8 +22,11 @@
  * called it (and after earlier work of the communicator's streams: the
  * check takes its turn like any launch); inside a group the checks run at
  * loomGroupEnd as one launch for the whole group, so that one thread may
- * drive several ranks of a communicator. On a mismatch nothing of the call
- * (or the group) is launched and the communicator stays usable. */
+ * drive several ranks of a communicator; the fingerprint carries the call's
+ * place in its group, since ranks that group their calls differently would
+ * otherwise pair one's fingerprint with another's call. On a mismatch
+ * nothing of the call (or of the group, on that communicator) is launched
+ * and the communicator stays usable. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +55,9 @@ struct argcheck_fp {
   uint64_t count;
   uint64_t vsend, vrecv; /* all-to-all-v: the pair-hash sums */
   int32_t kind, dtype, op, root;
-  int32_t nv; /* all-to-all-v: 2 n counts follow (send, then receive), or 0 */
+  int32_t nv;    /* all-to-all-v: 2 n counts gathered when the sums differ, or 0 */
+  int32_t gsize; /* checked calls on this communicator in the call's group (1: no group) */
+  int32_t gidx;  /* this call's place among them */
   int32_t pad;
 };
 
@@ -84,13 +89,17 @@ static loomResult_t rec_fill(struct argcheck_rec* r, const char* fn, const struc
   memset(r, 0, sizeof(*r));
   r->comm = comm;
   r->fn = fn;
-  r->fp.seq = comm->coll->check_seq++;
+  r->fp.seq = comm->coll->check_seq;
+  r->fp.gsize = 1;
   r->fp.kind = (int32_t)t->kind;
   r->fp.count = t->kind == COLL_ALLTOALLV ? 0 : t->count;
   r->fp.dtype = (int32_t)t->dtype;
   r->fp.op = redop_is_premul(t->op) ? (int32_t)loomNumOps : (int32_t)t->op;
   r->fp.root = t->root;
-  if (t->kind != COLL_ALLTOALLV) return loomSuccess;
+  if (t->kind != COLL_ALLTOALLV) {
+    comm->coll->check_seq++;
+    return loomSuccess;
+  }
   int n = comm->nranks, me = comm->rank;
   const size_t* sc = t->v;
   const size_t* rc = t->v + 2 * n;
@@ -98,11 +107,13 @@ static loomResult_t rec_fill(struct argcheck_rec* r, const char* fn, const struc
     r->fp.vsend += pair_hash(r->fp.seq, me, p, sc[p]);
     r->fp.vrecv += pair_hash(r->fp.seq, p, me, rc[p]);
   }
-  if (n > ARGCHECK_MAX_V) return loomSuccess;
-  r->v = malloc(2 * (size_t)n * sizeof(uint64_t));
-  if (!r->v) return err_set(comm, loomSystemError, "out of memory");
-  for (int p = 0; p < n; p++) r->v[p] = sc[p], r->v[n + p] = rc[p];
-  r->fp.nv = 2 * n;
+  if (n <= ARGCHECK_MAX_V) {
+    r->v = malloc(2 * (size_t)n * sizeof(uint64_t));
+    if (!r->v) return err_set(comm, loomSystemError, "out of memory");
+    for (int p = 0; p < n; p++) r->v[p] = sc[p], r->v[n + p] = rc[p];
+    r->fp.nv = 2 * n;
+  }
+  comm->coll->check_seq++;
   return loomSuccess;
 }
 
@@ -116,11 +127,14 @@ static void fp_describe(const struct argcheck_fp* f, char* buf, size_t len) {
   char root[32] = "", op[32] = "";
   if (rooted) snprintf(root, sizeof(root), ", root %d", (int)f->root);
   if (reduces) snprintf(op, sizeof(op), ", %s", redop_name((loomRedOp_t)f->op));
+  char group[48] = "";
+  if (f->gsize > 1)
+    snprintf(group, sizeof(group), " (call %d of %d in a group)", (int)f->gidx + 1, (int)f->gsize);
   if (f->kind == COLL_ALLTOALLV)
-    snprintf(buf, len, "%s of %s", kind, dtype_name((loomDataType_t)f->dtype));
+    snprintf(buf, len, "%s of %s%s", kind, dtype_name((loomDataType_t)f->dtype), group);
   else
-    snprintf(buf, len, "%s of %llu %s%s%s", kind, (unsigned long long)f->count,
-             dtype_name((loomDataType_t)f->dtype), op, root);
+    snprintf(buf, len, "%s of %llu %s%s%s%s", kind, (unsigned long long)f->count,
+             dtype_name((loomDataType_t)f->dtype), op, root, group);
 }
 
 /* The fields in which b differs from a ("count, datatype"); "" when none. */
@@ -138,6 +152,8 @@ static void fp_diff(const struct argcheck_fp* a, const struct argcheck_fp* b, ch
   DIFF(op, "op");
   DIFF(root, "root");
 #undef DIFF
+  if ((a->gsize != b->gsize || a->gidx != b->gidx) && used < len)
+    snprintf(buf + used, len - used, "%sgrouping", used ? ", " : "");
 }
 
 /* All-to-all-v whose pair sums differ: the first pair whose counts do not
@@ -161,9 +177,21 @@ static void v_pair(int n, const uint64_t* all_v, char* buf, size_t len) {
            ARGCHECK_MAX_V);
 }
 
-/* The pair sums of an all-to-all-v over every rank differ. */
+/* Every rank's fingerprint equals rank 0's. */
+static int fps_agree(const struct argcheck_rec* r) {
+  char fields[96];
+  for (int i = 1; i < r->comm->nranks; i++) {
+    fp_diff(&r->all[0], &r->all[i], fields, sizeof(fields));
+    if (fields[0]) return 0;
+  }
+  return 1;
+}
+
+/* Every rank calls the same all-to-all-v, and the pair sums over the ranks
+ * differ: decided from the gathered fingerprints alone, so every rank
+ * decides alike (and so joins the counts' all-gather alike). */
 static int v_mismatch(const struct argcheck_rec* r) {
-  if (r->fp.kind != COLL_ALLTOALLV) return 0;
+  if (r->all[0].kind != COLL_ALLTOALLV || !fps_agree(r)) return 0;
   uint64_t s = 0, rr = 0;
   for (int i = 0; i < r->comm->nranks; i++) s += r->all[i].vsend, rr += r->all[i].vrecv;
   return s != rr;
@@ -287,9 +315,11 @@ static loomResult_t recs_run(struct argcheck_rec* recs, int n) {
      * deadline): the executor's text says why; say which call it was. */
     char why[LOOM_ERR_LEN];
     snprintf(why, sizeof(why), "%s", err_thread_last());
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+      recs[i].verdict.code = res;
       err_set(recs[i].comm, res, "argument check of %s (collective #%llu of the communicator): %s",
               recs[i].fn, (unsigned long long)recs[i].fp.seq, why);
+    }
     return res;
   }
   loomResult_t first = loomSuccess;
@@ -331,9 +361,45 @@ loomResult_t argcheck_call(const char* fn, const struct coll_task* t, int in_gro
   return loomSuccess;
 }
 
-loomResult_t argcheck_group_end(void) {
+/* The group's shape on each communicator: how many checked calls it has
+ * there, and each call's place among them. */
+static void recs_group_shape(struct argcheck_rec* recs, int n) {
+  for (int i = 0; i < n; i++) {
+    int size = 0, idx = 0;
+    for (int j = 0; j < n; j++) {
+      if (recs[j].comm != recs[i].comm) continue;
+      idx += j < i;
+      size++;
+    }
+    recs[i].fp.gsize = size;
+    recs[i].fp.gidx = idx;
+  }
+}
+
+/* The communicator failed its check in this group. */
+static int comm_refused(const struct argcheck_rec* recs, int n, const struct loom_comm* comm) {
+  for (int i = 0; i < n; i++)
+    if (recs[i].comm == comm && recs[i].verdict.code != loomSuccess) return 1;
+  return 0;
+}
+
+loomResult_t argcheck_group_end(struct coll_task* tasks, int* ntasks) {
   if (npend == 0) return loomSuccess;
+  recs_group_shape(pend, npend);
   loomResult_t r = recs_run(pend, npend);
+  if (r != loomSuccess) {
+    /* Drop the tasks of the communicators that failed; those of the others
+     * run, as their peers, which saw them pass, expect. */
+    int kept = 0;
+    for (int i = 0; i < *ntasks; i++) {
+      if (comm_refused(pend, npend, tasks[i].comm)) {
+        free(tasks[i].v);
+        continue;
+      }
+      tasks[kept++] = tasks[i];
+    }
+    *ntasks = kept;
+  }
   recs_free(pend, npend);
   free(pend);
   pend = NULL;

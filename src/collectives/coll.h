@@ -183,9 +183,11 @@ unsigned algo_available(enum coll_kind kind);
  * inside a group, at argcheck_group_end. On a mismatch every rank gets
  * loomInvalidUsage naming the ranks and fields, set on the communicator. */
 loomResult_t argcheck_call(const char* fn, const struct coll_task* t, int in_group);
-/* Runs the checks of the calling thread's group (phased, so that one thread
- * may drive several ranks of a communicator); the first failure's code. */
-loomResult_t argcheck_group_end(void);
+/* Runs the checks of the calling thread's group (one launch, so that one
+ * thread may drive several ranks of a communicator) and removes from tasks
+ * (*ntasks of them; their v freed) those of every communicator whose check
+ * failed; the first failure's code. */
+loomResult_t argcheck_group_end(struct coll_task* tasks, int* ntasks);
 
 /* group.c: frees what tasks own (all-to-all-v arrays). */
 void tasks_release(struct coll_task* tasks, int ntasks);

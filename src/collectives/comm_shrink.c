@@ -106,6 +106,7 @@ static loomResult_t shrink_id(struct loom_comm* comm, const unsigned char* exclu
     loomResult_t res = boot_survivor_send(comm, r, tag, id, sizeof(*id), &dl);
     if (first == loomSuccess) first = res;
   }
+  if (first != loomSuccess) boot_id_release(id); /* no init will claim it */
   return first;
 }
 
@@ -120,18 +121,20 @@ static loomResult_t shrink_body(struct loom_comm* comm, const unsigned char* exc
   }
   uint32_t tag = SHRINK_TAG_BASE + comm->shrinks++;
   struct boot_id id;
+  /* What the new communicator takes from this one, read while this one is
+   * held: a loomCommAbort on another thread may free it once we leave. */
+  loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
+  inherit.blocking = comm->blocking;
+  inherit.checkArgs = comm->check_args;
+  inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
+  int cuda_dev = comm->cuda_dev;
   comm_boot_enter(comm);
   loomResult_t r = comm->boot ? shrink_id(comm, excluded, root, tag, &id)
                               : err_set(comm, loomInvalidUsage,
                                         "loomCommShrink: the communicator's bootstrap is gone");
   comm_boot_leave(comm);
   if (r != loomSuccess) return r;
-  loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
-  inherit.blocking = comm->blocking;
-  inherit.checkArgs = comm->check_args;
-  inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
-  return coll_init_rank(newcomm, newsize, &id, newrank, config ? config : &inherit, NULL,
-                        comm->cuda_dev);
+  return coll_init_rank(newcomm, newsize, &id, newrank, config ? config : &inherit, NULL, cuda_dev);
 }
 
 loomResult_t loomCommShrink(loomComm_t handle, int* excludeRanksList, int excludeRanksCount,

@@ -139,15 +139,13 @@ loomResult_t loomGroupEnd(void) {
   int n = group_ntasks;
   group_tasks = NULL;
   group_ntasks = group_cap = 0;
-  /* Checks first: a mismatch launches nothing of the group. */
-  loomResult_t checked = argcheck_group_end();
-  if (checked != loomSuccess) {
-    tasks_release(tasks, n);
-    return checked;
-  }
+  /* Checks first: a communicator whose check fails launches nothing of the
+   * group; the others' tasks run. */
+  loomResult_t checked = argcheck_group_end(tasks, &n);
   if (n == 0) {
     free(tasks);
-    return loomSuccess;
+    return checked;
   }
-  return launch(tasks, n);
+  loomResult_t r = launch(tasks, n);
+  return checked != loomSuccess ? checked : r;
 }

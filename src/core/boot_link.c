@@ -52,6 +52,10 @@ static int peer_gone(void* arg) {
   if (atomic_load(&comm->aborted)) return 1;
   int e = atomic_load(&comm->async_error);
   if (!s->survivor && e != loomSuccess && e != loomInProgress) return 1;
+  /* A survivor's send stops at its peer's known failure (a dead rank left
+   * off a shrink's exclusion list), not at the deadline it shares with the
+   * sends to the other survivors. */
+  if (s->survivor && atomic_load(&s->b->dead[s->peer])) return 1;
   return atomic_load_explicit(&s->b->left[s->peer], memory_order_acquire) != 0;
 }
 

@@ -22,9 +22,15 @@ int cp_segs(loomCpLayout_t layout, int rank, int P, int64_t local, struct cp_seg
 /* ---- Tensors ----------------------------------------------------------------------------- */
 
 loomTensor cp_dense(void* data, loomDataType_t dt, int64_t e0, int64_t e1, int64_t e2, int64_t e3) {
+  static char placeholder;
   loomTensor t;
+  memset(&t, 0, sizeof(t));
   int64_t shape[4] = {e0, e1, e2, e3};
-  loomTensorMake(data, dt, e3 < 0 ? 3 : 4, shape, &t);
+  /* data is NULL when scratch ran out: the view is made on a placeholder and
+   * its data set to NULL after, so that callers see the missing memory
+   * (all_there) and not an unset tensor. */
+  loomTensorMake(data ? data : &placeholder, dt, e3 < 0 ? 3 : 4, shape, &t);
+  t.data = data;
   return t;
 }
 

@@ -279,11 +279,14 @@ loomResult_t loomMoeLayoutCreate(const loomTensor* topkIdx, const loomTensor* to
   if (opts != NULL) o = *opts;
   MOE_TRY(opts_check(ep, &o, n));
   MOE_TRY(routing_check(ep, topkIdx, topkWeights, &o));
+  /* The stream first: topkIdx may be written by earlier work on it, and a
+   * CUDA stream's (device) topkIdx must not be read here at all. */
+  MOE_TRY(par_enter(ep, k_create, stream));
   int64_t* idx = NULL;
   MOE_TRY(idx_read(ep, topkIdx, o.numExperts, &idx));
   struct loomMoeHandle* h = calloc(1, sizeof(*h));
-  loomResult_t r = h ? par_enter(ep, k_create, stream)
-                     : par_fail(ep, loomSystemError, k_create, "out of memory for the handle");
+  loomResult_t r =
+      h ? loomSuccess : par_fail(ep, loomSystemError, k_create, "out of memory for the handle");
   if (r == loomSuccess) {
     *h = (struct loomMoeHandle){.comm = ep, .rank = rank, .n = n, .E = o.numExperts};
     h->El = o.numExperts / n;

@@ -138,6 +138,31 @@ std::vector<Case> cases() {
                              nullptr);
        }},
       {"alltoallv_counts", "expects", alltoallv_call},
+      {"alltoallv_against_allreduce", "collective, count differs",
+       [](Bufs& b, bool odd, loomComm_t c) {
+         if (odd)
+           return loomAllReduce(b.send.data(), b.recv.data(), kCount, loomInt32, loomSum, c,
+                                nullptr);
+         return alltoallv_call(b, false, c);
+       }},
+      {"grouping", "grouping differs",
+       [](Bufs& b, bool odd, loomComm_t c) {
+         // The odd rank groups two all-reduces, the others call them one by one: both calls
+         // are refused everywhere (the first returns the refusal on the others; the second's
+         // is checked below by the next case's all-reduce passing).
+         if (odd) {
+           loomGroupStart();
+           loomAllReduce(b.send.data(), b.recv.data(), kCount, loomInt32, loomSum, c, nullptr);
+           loomAllReduce(b.send.data(), b.recv.data() + kCount, kCount, loomInt32, loomSum, c,
+                         nullptr);
+           return loomGroupEnd();
+         }
+         loomResult_t r =
+             loomAllReduce(b.send.data(), b.recv.data(), kCount, loomInt32, loomSum, c, nullptr);
+         loomResult_t r2 = loomAllReduce(b.send.data(), b.recv.data() + kCount, kCount, loomInt32,
+                                         loomSum, c, nullptr);
+         return r == loomInvalidUsage && r2 == loomInvalidUsage ? r : loomInternalError;
+       }},
       {"collective_kind", "collective differs",
        [](Bufs& b, bool odd, loomComm_t c) {
          if (odd) return loomAllGather(b.send.data(), b.recv.data(), kCount, loomInt32, c, nullptr);
@@ -253,6 +278,41 @@ TEST_P(ArgCheck, GroupAndStream) {
         ASSERT_EQ(r, loomInvalidUsage) << loomGetLastError(c.comm);
         ASSERT_LOOM_OK(loomStreamSynchronize(s.get()));
         EXPECT_TRUE(h.untouched());
+        allreduce_ok(c);
+      },
+      check_opts());
+}
+
+// A group over two communicators whose check fails on one: the other's task
+// still runs (its peers, which saw it pass, run theirs), the failing one's
+// nothing. Ranks 0 and 1 share a split communicator; the last rank passes
+// another count on the world communicator.
+TEST_P(ArgCheck, GroupFailsOnlyTheCommunicatorThatDisagrees) {
+  auto [n, mode] = GetParam();
+  if (n < 3) GTEST_SKIP() << "needs a rank outside the split";
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        bool odd = c.rank == c.nranks - 1;
+        loomComm_t sub = nullptr;
+        ASSERT_LOOM_OK(
+            loomCommSplit(c.comm, c.rank < 2 ? 0 : LOOM_SPLIT_NOCOLOR, c.rank, &sub, nullptr));
+        shim::CommGuard guard(sub);
+        Bufs w(c), s(c);
+        ASSERT_LOOM_OK(loomGroupStart());
+        if (sub)
+          ASSERT_LOOM_OK(loomAllReduce(s.send.data(), s.recv.data(), kCount, loomInt32, loomSum,
+                                       sub, nullptr));
+        ASSERT_LOOM_OK(loomAllReduce(w.send.data(), w.recv.data(), odd ? kCount - 1 : kCount,
+                                     loomInt32, loomSum, c.comm, nullptr));
+        loomResult_t r = loomGroupEnd();
+        ASSERT_EQ(r, loomInvalidUsage) << loomGetLastError(c.comm);
+        EXPECT_TRUE(contains(loomGetLastError(c.comm), "count differs"))
+            << loomGetLastError(c.comm);
+        EXPECT_TRUE(w.untouched());
+        if (sub) {  // ranks 0 and 1: 0 * 1000 + i + 1000 + i
+          for (size_t i = 0; i < kCount; i++) ASSERT_EQ(s.recv[i], 1000 + 2 * (int)i);
+        }
         allreduce_ok(c);
       },
       check_opts());
