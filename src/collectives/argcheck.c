@@ -42,12 +42,12 @@
  * this many ranks (2 n^2 counts on every rank). */
 #define ARGCHECK_MAX_V 256
 
-static const char* const kind_text[] = {
-#define COLL(id, token, text, flags) text,
+/* What colls.def says of each collective (COLLF_*): which take a root or an op. */
+static const unsigned kind_flags[] = {
+#define COLL(id, token, text, flags) flags,
 #include "core/colls.def"
 #undef COLL
-    "send", "receive"};
-_Static_assert(sizeof(kind_text) / sizeof(kind_text[0]) == COLL_KIND_COUNT, "one text a kind");
+};
 
 /* On the wire between ranks of one build. */
 struct argcheck_fp {
@@ -119,11 +119,10 @@ static loomResult_t rec_fill(struct argcheck_rec* r, const char* fn, const struc
 
 /* "all-reduce of 1024 float32 (sum)", as rank r's fingerprint says. */
 static void fp_describe(const struct argcheck_fp* f, char* buf, size_t len) {
-  const char* kind = f->kind >= 0 && f->kind < COLL_KIND_COUNT ? kind_text[f->kind] : "?";
-  int rooted = f->kind == COLL_BROADCAST || f->kind == COLL_REDUCE || f->kind == COLL_GATHER ||
-               f->kind == COLL_SCATTER;
-  int reduces =
-      f->kind == COLL_ALLREDUCE || f->kind == COLL_REDUCE || f->kind == COLL_REDUCESCATTER;
+  const char* kind = coll_kind_text((enum coll_kind)f->kind);
+  unsigned flags = f->kind >= 0 && f->kind < COLL_SEND ? kind_flags[f->kind] : 0;
+  int rooted = (flags & (COLLF_ROOT_SEND | COLLF_ROOT_RECV)) != 0;
+  int reduces = (flags & COLLF_REDUCES) != 0;
   char root[32] = "", op[32] = "";
   if (rooted) snprintf(root, sizeof(root), ", root %d", (int)f->root);
   if (reduces) snprintf(op, sizeof(op), ", %s", redop_name((loomRedOp_t)f->op));
@@ -225,15 +224,13 @@ static void judge(struct argcheck_rec* rec) {
     snprintf(out->text + used, sizeof(out->text) - used, "; %d more ranks differ", differ - shown);
   int vbad = 0;
   if (!differ && v_mismatch(rec)) {
+    char pair[320];
     vbad = 1;
-    {
-      char pair[320];
-      v_pair(n, rec->all_v, pair, sizeof(pair));
-      snprintf(out->text, sizeof(out->text),
-               "the ranks disagree on the counts of collective #%llu of the communicator (%.60s): "
-               "%.300s",
-               (unsigned long long)fps[0].seq, mine, pair);
-    }
+    v_pair(n, rec->all_v, pair, sizeof(pair));
+    snprintf(out->text, sizeof(out->text),
+             "the ranks disagree on the counts of collective #%llu of the communicator (%.60s): "
+             "%.300s",
+             (unsigned long long)fps[0].seq, mine, pair);
   }
   out->code = differ || vbad ? loomInvalidUsage : loomSuccess;
   if (!differ && !vbad) out->text[0] = '\0';

@@ -25,6 +25,9 @@ enum coll_kind {
   COLL_KIND_COUNT
 };
 
+/* The collective's name in messages ("all-reduce"; "send/receive"). */
+const char* coll_kind_text(enum coll_kind k);
+
 /* One call of the API, with its arguments checked. */
 struct coll_task {
   enum coll_kind kind;

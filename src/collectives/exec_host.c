@@ -113,7 +113,7 @@ _Static_assert(sizeof(struct host_launch) % _Alignof(struct comm_run) == 0 &&
                    sizeof(struct coll_task) % _Alignof(struct unit) == 0,
                "host_launch block layout");
 
-static const char* coll_what(enum coll_kind k) {
+const char* coll_kind_text(enum coll_kind k) {
   static const char* names[COLL_KIND_COUNT] = {
 #define COLL(id, token, text, flags) text,
 #include "core/colls.def"
@@ -216,7 +216,7 @@ static loomResult_t exec_start(struct comm_run* run) {
   e->sync_wait = 0;
   e->nxf = 0;
   e->fault_step = UINT32_MAX;
-  e->what = coll_what(t->kind);
+  e->what = coll_kind_text(t->kind);
   e->lane = run->lane;
   e->mem = t->mem;
   if (t->kind == COLL_SEND || t->kind == COLL_RECV) {
@@ -713,7 +713,7 @@ static void runs_make(struct host_launch* h, struct coll_task* tasks, int ntasks
       if (tasks[j].comm == tasks[i].comm && lane_of(&tasks[j]) == lane) h->sorted[pos++] = tasks[j];
     run->ntasks = (int)(h->sorted + pos - run->tasks);
     run->left_peer = -1;
-    run->ex.what = coll_what(run->tasks[0].kind);
+    run->ex.what = coll_kind_text(run->tasks[0].kind);
   }
   h->nruns = nruns;
   /* A consistent lock order, so two threads preparing launches over the same
