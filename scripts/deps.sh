@@ -11,8 +11,11 @@ set -euo pipefail
 # clang-format: scripts/format.sh --check, the first step of scripts/test.sh.
 # libopenblas-dev: libloom_parallel's host GEMM (CBLAS); python3-torch: the parallel layer's
 # math checked against PyTorch on CPU (tests/parallel/torch_check.sh, numpy for its files).
+# libtorch-dev, python3-dev and pybind11-dev: the torch.distributed backend (compat/torch),
+# built against Debian's PyTorch and tested against its Gloo backend.
 LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables
-               python3 gnuplot-nox clang-format libopenblas-dev python3-torch python3-numpy)
+               python3 gnuplot-nox clang-format libopenblas-dev python3-torch python3-numpy
+               libtorch-dev python3-dev pybind11-dev)
 
 # deps_missing PKG...: prints the ones not installed, space-separated.
 deps_missing() {
