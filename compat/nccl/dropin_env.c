@@ -94,7 +94,7 @@ static void map_sockets(const char* threads, const char* socks) {
   long t = threads ? strtol(threads, NULL, 10) : 1, s = socks ? strtol(socks, NULL, 10) : 1;
   if (t < 1 || s < 1) return;
   long n = t * s > 16 ? 16 : t * s;
-  char buf[8];
+  char buf[24];
   snprintf(buf, sizeof(buf), "%ld", n);
   put("LOOM_SOCKET_NSTREAMS", buf);
 }
