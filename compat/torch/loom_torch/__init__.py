@@ -19,7 +19,16 @@ import os
 
 import torch.distributed as dist
 
-from ._loom_torch import ProcessGroupLoom, loom_version
+try:
+    from ._loom_torch import ProcessGroupLoom, loom_version
+except ImportError as e:
+    if "static TLS" not in str(e):
+        raise
+    # libloom.so's thread-locals use the static TLS model; a library that Python loads late
+    # gets those only from glibc's small reserve.
+    raise ImportError(
+        "%s; start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 (or "
+        "LD_PRELOAD=libloom.so) so that libloom.so can be loaded" % e) from e
 
 __all__ = ["ProcessGroupLoom", "loom_version", "init_process_group", "env_from_loomrun"]
 
