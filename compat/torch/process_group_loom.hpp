@@ -131,6 +131,9 @@ class ProcessGroupLoom : public c10d::ProcessGroup {
   Issue bitwise(LoomWork* w, const char* name, const at::Tensor& src, const at::Tensor& dst,
                 int64_t offset, c10d::ReduceOp::RedOpType op, int root);
 
+  // How long Work::wait polls the stream before it sleeps in loomStreamSynchronize
+  // (LOOM_TORCH_SPIN_US).
+  std::chrono::microseconds spin_{50};
   loomComm_t comm_ = nullptr;
   loomStream_t stream_ = nullptr;
 
