@@ -109,6 +109,11 @@ typedef struct {
    * mismatch is loomInvalidUsage on every rank (LOOM_CHECK_ARGS); 0: not;
    * LOOM_CONFIG_UNDEF_INT: LOOM_CHECK_ARGS decides. Equal on every rank. */
   int checkArgs;
+  /* (Loom) 1: every reduction folds the ranks' values in rank order 0..n-1,
+   * bit-identical whatever the algorithm, size or slice (LOOM_DETERMINISTIC);
+   * 0: the tuner's fastest order; LOOM_CONFIG_UNDEF_INT: LOOM_DETERMINISTIC
+   * decides. Equal on every rank. */
+  int deterministic;
 } loomConfig_t;
 
 #define LOOM_CONFIG_MAGIC 0x6c6f6f6dU /* "loom" */
@@ -116,7 +121,7 @@ typedef struct {
 #define LOOM_CONFIG_INITIALIZER                                                        \
   {                                                                                    \
     sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT, \
-        LOOM_CONFIG_UNDEF_INT, NULL, LOOM_CONFIG_UNDEF_INT                             \
+        LOOM_CONFIG_UNDEF_INT, NULL, LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT      \
   }
 
 /* ---- Versions and errors ------------------------------------------------ */

@@ -23,17 +23,21 @@ static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
                         [TUNE_ONESHOT] = oneshot_allreduce_build,
                         [TUNE_TWOSHOT] = twoshot_allreduce_build,
                         [TUNE_HIER] = hier_allreduce_build,
-                        [TUNE_DOUBLING] = doubling_allreduce_build},
+                        [TUNE_DOUBLING] = doubling_allreduce_build,
+                        [TUNE_ORDERED] = ordered_allreduce_build},
     [COLL_BROADCAST] = {[TUNE_RING] = ring_broadcast_build,
                         [TUNE_TREE] = tree_broadcast_build,
                         [TUNE_READ] = read_broadcast_build},
-    [COLL_REDUCE] = {[TUNE_RING] = ring_reduce_build, [TUNE_TREE] = tree_reduce_build},
+    [COLL_REDUCE] = {[TUNE_RING] = ring_reduce_build,
+                     [TUNE_TREE] = tree_reduce_build,
+                     [TUNE_ORDERED] = ordered_reduce_build},
     [COLL_ALLGATHER] = {[TUNE_RING] = ring_allgather_build,
                         [TUNE_RHD] = rhd_allgather_build,
                         [TUNE_READ] = read_allgather_build},
     [COLL_REDUCESCATTER] = {[TUNE_RING] = ring_reducescatter_build,
                             [TUNE_RHD] = rhd_reducescatter_build,
-                            [TUNE_READ] = read_reducescatter_build},
+                            [TUNE_READ] = read_reducescatter_build,
+                            [TUNE_ORDERED] = ordered_reducescatter_build},
     [COLL_ALLTOALL] = {[TUNE_PAIRWISE] = pairwise_alltoall_build,
                        [TUNE_BRUCK] = bruck_alltoall_build,
                        [TUNE_READ] = read_alltoall_build},
@@ -95,6 +99,12 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
   /* Two levels need two levels: several hosts, several ranks on each, the
    * same number everywhere. */
   if (k->nhosts < 2 || k->local < 2 || !k->even) avail &= ~TUNE_ALGO_BIT(TUNE_HIER);
+  /* Deterministic reductions are folded in rank order, by the ordered
+   * family alone; it serves nothing else (ordered.c). */
+  if (comm->deterministic && (avail & TUNE_ALGO_BIT(TUNE_ORDERED)))
+    avail = TUNE_ALGO_BIT(TUNE_ORDERED);
+  else
+    avail &= ~TUNE_ALGO_BIT(TUNE_ORDERED);
   if (!avail)
     return err_set(comm, loomInternalError, "no algorithm can serve collective kind %d", t->kind);
   enum tune_algo algo =

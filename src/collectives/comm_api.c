@@ -124,9 +124,8 @@ static void self_info(const struct loom_comm* comm, struct peer_info* self) {
             topo->given & TOPO_CPUS ? "given" : "probed");
   params_agreed_digest(self->settings);
   /* What the ranks agree on is the communicator's value: config.checkArgs
-   * may override LOOM_CHECK_ARGS. */
-  int k = params_agreed_find("LOOM_CHECK_ARGS");
-  if (k >= 0) self->settings[k] = comm->check_args ? 0x636b31u : 0x636b30u;
+   * and config.deterministic override their variables. */
+  comm_settings_own(comm, self->settings);
   gethostname(self->hostname, sizeof(self->hostname) - 1);
 }
 
@@ -434,10 +433,8 @@ loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* ne
     *newcomm = NULL;
     goto out;
   }
-  loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
-  inherit.blocking = comm->blocking;
-  inherit.checkArgs = comm->check_args;
-  inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
+  loomConfig_t inherit;
+  comm_config_inherit(comm, &inherit);
   r = coll_init_rank(newcomm, newsize, &ids[leader], newrank, config ? config : &inherit, comm,
                      comm->cuda_dev);
   if (r != loomSuccess && r != loomInProgress) r = split_failed(comm, r);

@@ -123,10 +123,8 @@ static loomResult_t shrink_body(struct loom_comm* comm, const unsigned char* exc
   struct boot_id id;
   /* What the new communicator takes from this one, read while this one is
    * held: a loomCommAbort on another thread may free it once we leave. */
-  loomConfig_t inherit = LOOM_CONFIG_INITIALIZER;
-  inherit.blocking = comm->blocking;
-  inherit.checkArgs = comm->check_args;
-  inherit.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
+  loomConfig_t inherit;
+  comm_config_inherit(comm, &inherit);
   int cuda_dev = comm->cuda_dev;
   comm_boot_enter(comm);
   loomResult_t r = comm->boot ? shrink_id(comm, excluded, root, tag, &id)

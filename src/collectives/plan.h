@@ -196,6 +196,13 @@ loomResult_t read_allgather_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_reducescatter_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_broadcast_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_alltoall_build(const struct coll_args* a, struct plan* out);
+/* src/collectives/ordered.c: reductions folded in rank order 0..n-1 whatever
+ * the size and slice (LOOM_DETERMINISTIC): each rank gathers every rank's
+ * piece of its part and folds them in order; all-reduce then all-gathers the
+ * parts, reduce sends them to the root. */
+loomResult_t ordered_allreduce_build(const struct coll_args* a, struct plan* out);
+loomResult_t ordered_reducescatter_build(const struct coll_args* a, struct plan* out);
+loomResult_t ordered_reduce_build(const struct coll_args* a, struct plan* out);
 /* src/collectives/hier.c: all-reduce in two levels for ranks on several
  * hosts, the same number on each: a ring reduce-scatter among each host's
  * ranks (shared memory), then every rank all-reduces its part with the

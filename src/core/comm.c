@@ -26,6 +26,7 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
   c->blocking = 1;
   c->timeout_ms = params_get()->timeout_ms;
   c->check_args = params_get()->check_args;
+  c->deterministic = params_get()->deterministic;
   if (config) {
     if (config->blocking != LOOM_CONFIG_UNDEF_INT) c->blocking = config->blocking != 0;
     if (config->timeoutMs != LOOM_CONFIG_UNDEF_INT && config->timeoutMs > 0)
@@ -35,6 +36,9 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
     if (config->size >= offsetof(loomConfig_t, checkArgs) + sizeof(int) &&
         config->checkArgs != LOOM_CONFIG_UNDEF_INT)
       c->check_args = config->checkArgs != 0;
+    if (config->size >= offsetof(loomConfig_t, deterministic) + sizeof(int) &&
+        config->deterministic != LOOM_CONFIG_UNDEF_INT)
+      c->deterministic = config->deterministic != 0;
   }
   atomic_init(&c->async_error, loomInProgress);
   atomic_init(&c->aborted, 0);
@@ -223,6 +227,42 @@ void comm_set_peers(struct loom_comm* comm, struct peer_info* peers) {
   pthread_mutex_unlock(&comm->err_lock);
 }
 
+/* The agreed settings a config field may override, and the communicator's
+ * field that holds the value acted on. */
+struct own_setting {
+  const char* env;
+  const char* config;
+  size_t field; /* offsetof(struct loom_comm, ...), an int */
+};
+static const struct own_setting own_settings[] = {
+    {"LOOM_CHECK_ARGS", "checkArgs", offsetof(struct loom_comm, check_args)},
+    {"LOOM_DETERMINISTIC", "deterministic", offsetof(struct loom_comm, deterministic)},
+};
+#define NOWN (sizeof(own_settings) / sizeof(own_settings[0]))
+
+static const struct own_setting* own_setting_of(int k) {
+  for (size_t i = 0; i < NOWN; i++)
+    if (params_agreed_find(own_settings[i].env) == k) return &own_settings[i];
+  return NULL;
+}
+
+void comm_settings_own(const struct loom_comm* comm, uint64_t* settings) {
+  for (size_t i = 0; i < NOWN; i++) {
+    int k = params_agreed_find(own_settings[i].env);
+    int v = *(const int*)((const char*)comm + own_settings[i].field);
+    if (k >= 0) settings[k] = 0x6f776e30u + (unsigned)(v != 0); /* "own0", "own1" */
+  }
+}
+
+void comm_config_inherit(const struct loom_comm* comm, loomConfig_t* out) {
+  loomConfig_t c = LOOM_CONFIG_INITIALIZER;
+  c.blocking = comm->blocking;
+  c.checkArgs = comm->check_args;
+  c.deterministic = comm->deterministic;
+  c.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
+  *out = c;
+}
+
 loomResult_t comm_settings_check(struct loom_comm* comm) {
   for (int k = 0; k < params_agreed_count(); k++) {
     char ranks[160] = "", mine[200];
@@ -237,9 +277,10 @@ loomResult_t comm_settings_check(struct loom_comm* comm) {
         snprintf(ranks + used, sizeof(ranks) - used, ",...");
     }
     if (!differ) continue;
-    if (strcmp(params_agreed_env(k), "LOOM_CHECK_ARGS") == 0)
-      snprintf(mine, sizeof(mine), "%d, from LOOM_CHECK_ARGS or config.checkArgs",
-               comm->check_args);
+    const struct own_setting* o = own_setting_of(k);
+    if (o)
+      snprintf(mine, sizeof(mine), "%d, from %s or config.%s",
+               *(const int*)((const char*)comm + o->field), o->env, o->config);
     else
       params_agreed_value(k, mine, sizeof(mine));
     return err_set_sub(comm, SUB_INIT, loomInvalidUsage,

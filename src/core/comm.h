@@ -46,8 +46,9 @@ struct loom_comm {
   char name[64];
   int blocking;
   long long timeout_ms;
-  int cuda_dev;   /* the CUDA device the communicator is bound to; -1: host ranks */
-  int check_args; /* LOOM_CHECK_ARGS or config.checkArgs: agree on collectives' arguments */
+  int cuda_dev;      /* the CUDA device the communicator is bound to; -1: host ranks */
+  int check_args;    /* LOOM_CHECK_ARGS or config.checkArgs: agree on collectives' arguments */
+  int deterministic; /* LOOM_DETERMINISTIC or config.deterministic: reductions in rank order */
 
   struct peer_info* peers; /* nranks rows, from the bootstrap */
   struct bootstrap* boot;
@@ -139,6 +140,12 @@ void comm_set_peers(struct loom_comm* comm, struct peer_info* peers);
  * loomInvalidUsage naming the variable and the ranks that differ from rank
  * 0. Every rank reaches the same verdict. Pure, apart from the error. */
 loomResult_t comm_settings_check(struct loom_comm* comm);
+/* The agreed settings a config may override (config.checkArgs,
+ * config.deterministic): writes this communicator's values over the
+ * environment's digest in settings, so that ranks agree on what they act on. */
+void comm_settings_own(const struct loom_comm* comm, uint64_t* settings);
+/* What a split or shrink of comm inherits when given no config. */
+void comm_config_inherit(const struct loom_comm* comm, loomConfig_t* out);
 /* child is being made by a split of parent: if parent fails (now or before
  * comm_forming_end), child's waits give up (COMM_ABORT_PARENT), so the split
  * reports the parent's failure instead of waiting for a dead rank until its

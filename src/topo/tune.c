@@ -11,9 +11,9 @@
 #include "core/params.h"
 #include "core/util.h"
 
-static const char* const algo_names[TUNE_ALGO_COUNT] = {"ring",  "tree",   "rhd",     "pairwise",
-                                                        "bruck", "direct", "oneshot", "twoshot",
-                                                        "read",  "hier",   "doubling"};
+static const char* const algo_names[TUNE_ALGO_COUNT] = {"ring",  "tree",   "rhd",      "pairwise",
+                                                        "bruck", "direct", "oneshot",  "twoshot",
+                                                        "read",  "hier",   "doubling", "ordered"};
 static const char* const coll_names[TUNE_COLL_COUNT] = {
 #define COLL(id, token, text, flags) token,
 #include "core/colls.def"
@@ -142,6 +142,14 @@ static double read_bw(const struct tune_consts* k) {
   return g * 1e3;
 }
 
+/* TUNE_ORDERED's reduce-scatter: per piece, one exchange with every peer and
+ * n - 1 local fold steps (each about a step's latency); the ring's volume. */
+static double ordered_us(const struct tune_consts* k, int n, double S, double sl) {
+  double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
+  return slices(S / n, sl) * n * k->step_us + (double)(n - 1) / n * S / B +
+         (double)(n - 1) / n * S / R;
+}
+
 static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n, double S,
                            double sl) {
   double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
@@ -168,6 +176,8 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
       int lg = log2_floor(n), rounds = lg + (1 << lg != n ? 2 : 0);
       return rounds * (slices(S, sl) * k->step_us + S / B + S / R);
     }
+    case TUNE_ORDERED:
+      return ordered_us(k, n, S, sl) + k->step_us + (double)(n - 1) / n * S / B;
     /* Direct reads: a sync is about one step; each byte read from a peer
      * is one copy (cross-memory attach) or a load before it is reduced. */
     case TUNE_ONESHOT: {
@@ -241,6 +251,8 @@ static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tun
     case TUNE_REDUCE: {
       double red = coll == TUNE_REDUCE ? S / R : 0;
       if (a == TUNE_RING) t = pipeline_us(k, n - 1, S, sl, 1) + red;
+      if (a == TUNE_ORDERED && coll == TUNE_REDUCE)
+        t = ordered_us(k, n, S, sl) + k->step_us + (double)(n - 1) / n * S / B;
       if (a == TUNE_TREE) {
         double lat = coll == TUNE_REDUCE ? 1.5 * log2(n) + 1 : log2(n) + 1;
         t = (lat + slices(S / 2, sl)) * (k->step_us + 2 * fmin(sl, S / 2) / B) + red;
@@ -249,6 +261,10 @@ static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tun
     }
     case TUNE_ALLGATHER:
     case TUNE_REDUCESCATTER: {
+      if (a == TUNE_ORDERED) {
+        t = coll == TUNE_REDUCESCATTER ? ordered_us(k, n, S, sl) : -1;
+        break;
+      }
       double red = coll == TUNE_REDUCESCATTER ? (double)(n - 1) / n * S / R : 0;
       double bw = (double)(n - 1) / n * S / B + red;
       if (a == TUNE_RING) t = (n - 1) * slices(S / n, sl) * k->step_us + bw;

@@ -34,6 +34,7 @@ enum tune_algo {
   TUNE_READ,     /* direct reads: all-gather, reduce-scatter, broadcast, all-to-all */
   TUNE_HIER,     /* all-reduce in two levels: inside each host, then across hosts */
   TUNE_DOUBLING, /* all-reduce by recursive doubling: log2 n whole-buffer exchanges */
+  TUNE_ORDERED,  /* reductions folded in rank order (LOOM_DETERMINISTIC): ordered.c */
   TUNE_ALGO_COUNT
 };
 #define TUNE_ALGO_BIT(a) (1u << (a))
