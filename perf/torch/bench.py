@@ -5,7 +5,7 @@
 
 For every rank count the ranks start once and hold a "loom" group and a "gloo" group. Each
 size runs on both, which goes first alternating: a warm-up, then iterations of the blocking
-call (async_op=False, the common case) until about 256 MiB have moved (3 at least, 1000 at
+call (async_op=False, the common case) until about 256 MiB have moved (3 at least, 200 at
 most). A rank's time is the mean over the iterations; the table shows the slowest rank's.
 all_reduce: float32 SUM of SIZE bytes. all_gather: the list call (dist.all_gather) into the
 n chunks of one uint8 tensor of SIZE bytes (SIZE/n from each rank). The DDP row: one
@@ -58,7 +58,7 @@ def rank_main(args):
         return t.item()
 
     def timed(call, nbytes):
-        iters = max(3, min(1000, (256 << 20) // max(nbytes, 1)))
+        iters = max(3, min(200, (256 << 20) // max(nbytes, 1)))
         call()
         dist.barrier(group=ctl)
         start = time.perf_counter()

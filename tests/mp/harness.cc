@@ -37,6 +37,7 @@ loomConfig_t make_config(const Opts& opts) {
   loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
   cfg.timeoutMs = opts.comm_timeout_ms;
   cfg.checkArgs = opts.check_args;
+  cfg.deterministic = opts.deterministic;
   return cfg;
 }
 

@@ -48,6 +48,7 @@ struct Opts {
   Init init = Init::UniqueId;
   int comm_timeout_ms = 60000;                           // config.timeoutMs of the communicator
   int check_args = LOOM_CONFIG_UNDEF_INT;                // config.checkArgs of the communicator
+  int deterministic = LOOM_CONFIG_UNDEF_INT;             // config.deterministic
   std::vector<std::pair<std::string, std::string>> env;  // process ranks only
   struct RankEnv {
     int rank;

@@ -293,6 +293,19 @@ def rank_main(args):
     dist.all_reduce(t)
     chk.same("all_reduce after refusals", t, torch.full((3,), float(n)))
 
+    # A second loom group over some of the ranks (its own communicator and stream), with
+    # calls in flight on both groups at once.
+    members = list(range(0, n, 2))
+    sub = dist.new_group(members, backend="loom")
+    a, b = torch.full((64,), float(rank)), torch.full((64,), float(rank))
+    wa = dist.all_reduce(a, async_op=True)
+    wb = dist.all_reduce(b, group=sub, async_op=True) if rank in members else None
+    wa.wait()
+    chk.same("world group beside a subgroup", a, torch.full((64,), float(sum(range(n)))))
+    if wb is not None:
+        wb.wait()
+        chk.same("subgroup %s" % members, b, torch.full((64,), float(sum(members))))
+
     dist.barrier(group=gloo)
     dist.destroy_process_group()
     for f in chk.failures[:40]:
