@@ -1,16 +1,18 @@
 """torch.distributed on Loom against Gloo, side by side in one run.
 
     PYTHONPATH=<build>/python /usr/bin/python3 perf/torch/bench.py [--ranks 2 4]
-        [--min 8] [--max 256M] [--ops all_reduce all_gather] [--no-ddp]
+        [--min 8] [--max 256M] [--ops all_reduce all_gather] [--rounds 3] [--no-ddp]
 
 For every rank count the ranks start once and hold a "loom" group and a "gloo" group. Each
-size runs on both, which goes first alternating: a warm-up, then iterations of the blocking
-call (async_op=False, the common case) until about 256 MiB have moved (3 at least, 200 at
-most). A rank's time is the mean over the iterations; the table shows the slowest rank's.
-all_reduce: float32 SUM of SIZE bytes. all_gather: the list call (dist.all_gather) into the
-n chunks of one uint8 tensor of SIZE bytes (SIZE/n from each rank). The DDP row: one
-training step (forward, backward with DDP's bucketed all-reduces, SGD) of an MLP of 6.3M
-float32 parameters, median of 20 steps after 3 warm-ups.
+size runs on both after a warm-up call each: --rounds rounds (default 3), in each of which
+both backends run, which goes first alternating, iterations of the blocking call
+(async_op=False, the common case) until about 64 MiB have moved (1 at least, 100 at most).
+A round's time is the slowest rank's mean over its iterations; the table shows the median
+round, which keeps a burst of load on a shared machine out of the figure. all_reduce:
+float32 SUM of SIZE bytes. all_gather: the list call (dist.all_gather) into the n chunks of
+one uint8 tensor of SIZE bytes (SIZE/n from each rank). The DDP row: one training step
+(forward, backward with DDP's bucketed all-reduces, SGD) of an MLP of 6.3M float32
+parameters, median of 20 steps after 3 warm-ups.
 """
 
 import argparse
@@ -58,8 +60,7 @@ def rank_main(args):
         return t.item()
 
     def timed(call, nbytes):
-        iters = max(3, min(200, (256 << 20) // max(nbytes, 1)))
-        call()
+        iters = max(1, min(100, (64 << 20) // max(nbytes, 1)))
         dist.barrier(group=ctl)
         start = time.perf_counter()
         for _ in range(iters):
@@ -86,9 +87,15 @@ def rank_main(args):
                 mine = torch.full((out.numel() // n,), rank, dtype=torch.uint8)
                 calls = {b: (lambda g=g: dist.all_gather(chunks, mine, group=g))
                          for b, g in groups.items()}
-            order = ["gloo", "loom"] if i % 2 == 0 else ["loom", "gloo"]
-            times = {b: timed(calls[b], nbytes) for b in order}
-            rows.append((op, nbytes, times["gloo"], times["loom"]))
+            for call in calls.values():
+                call()  # warm-up
+            times = {"gloo": [], "loom": []}
+            for r in range(args.rounds):
+                order = ["gloo", "loom"] if (i + r) % 2 == 0 else ["loom", "gloo"]
+                for b in order:
+                    times[b].append(timed(calls[b], nbytes))
+            rows.append((op, nbytes, statistics.median(times["gloo"]),
+                         statistics.median(times["loom"])))
 
     ddp = None
     if args.ddp:
@@ -144,7 +151,8 @@ def launch(args, nranks):
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(nranks), OMP_NUM_THREADS="1")
         argv = [sys.executable, os.path.abspath(__file__), "--rank", str(rank),
-                "--min", str(args.min), "--max", str(args.max), "--ops"] + args.ops
+                "--min", str(args.min), "--max", str(args.max), "--rounds", str(args.rounds),
+                "--ops"] + args.ops
         if not args.ddp:
             argv.append("--no-ddp")
         procs.append(subprocess.Popen(argv, env=env))
@@ -168,6 +176,7 @@ def main():
     p.add_argument("--max", type=parse_size, default=256 << 20)
     p.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather"],
                    choices=["all_reduce", "all_gather"])
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-ddp", dest="ddp", action="store_false")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per rank count")
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
