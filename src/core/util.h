@@ -14,11 +14,15 @@
 #define LOOM_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define LOOM_DIV_UP(a, b) (((a) + (b)-1) / (b))
 #define LOOM_ALIGN_UP(a, b) (LOOM_DIV_UP(a, b) * (b))
-/* For a small thread-local read on every call: the initial-exec model reads it
- * at a fixed offset from the thread pointer instead of calling __tls_get_addr
- * (libloom is a shared library). Scalars only: glibc keeps a small surplus of
- * static TLS for libraries loaded with dlopen, enough for a few words. */
-#define LOOM_TLS_HOT __attribute__((tls_model("initial-exec")))
+/* Marks a thread-local read on every call. It used to select the initial-exec
+ * model (a fixed offset from the thread pointer), but one such variable puts
+ * the whole library's TLS block (errors' and streams' buffers too, about 1.8
+ * KiB) into static TLS, which a library loaded with dlopen (Python's ctypes,
+ * torch extensions, a dlopen'ed libnccl.so.2) cannot get: glibc keeps only a
+ * few hundred bytes spare. The default model costs a few nanoseconds a launch
+ * (docs/DESIGN.md, "Handles and arguments"); tests/tools/test_symbols.sh checks
+ * that no initial-exec access comes back. */
+#define LOOM_TLS_HOT
 
 /* Monotonic clock in nanoseconds. */
 uint64_t time_now_ns(void);

@@ -38,6 +38,8 @@ for f in $(echo "$exported" | grep -E '^nccl'); do
 done
 needed=$(readelf -d "$lib" | awk '/NEEDED/ {print $NF}' | tr -d '[]')
 echo "$needed" | grep -qiE 'cuda|nccl' && bad "libnccl.so.2 needs a CUDA or NCCL library: $needed"
+readelf -d "$lib" | grep -q STATIC_TLS &&
+  bad "libnccl.so.2 needs static TLS (an initial-exec access): a program's dlopen of it fails"
 soname=$(readelf -d "$lib" | awk '/SONAME/ {print $NF}' | tr -d '[]')
 [ "$soname" = libnccl.so.2 ] || bad "soname is '$soname', not libnccl.so.2"
 n=$(echo "$declared" | wc -l)

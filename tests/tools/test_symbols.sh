@@ -77,7 +77,17 @@ t_static_archive() {
   return 1
 }
 
+# A library a program may load with dlopen (ctypes, a torch extension) must not
+# need static TLS: glibc keeps only a few hundred bytes spare for those.
+t_no_static_tls() {
+  if readelf -d "$SO" | grep -q STATIC_TLS; then
+    why="$(basename "$SO") has the STATIC_TLS flag (an initial-exec TLS access): dlopen fails with 'cannot allocate memory in static TLS block'"
+    return 1
+  fi
+}
+
 run_case "$(basename "$SO") exists and has a dynamic symbol table" t_so_exists
+run_case "$(basename "$SO") can be loaded with dlopen (no static TLS)" t_no_static_tls
 run_case "$(basename "$SO") exports only symbols starting with loom" t_only_loom
 run_case "$(basename "$SO") exports only functions of the public headers" t_only_public
 run_case "$(basename "$SO") exports every function of the public headers" t_all_public
