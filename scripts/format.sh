@@ -14,10 +14,10 @@ have=$(clang-format --version | sed -n 's/.*version \([0-9]*\).*/\1/p')
 # The tracked sources; in a tree that is not a git checkout (an unpacked archive), every source
 # under the project's directories.
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  mapfile -t files < <(git ls-files '*.c' '*.h' '*.cc' '*.cu' '*.cuh')
+  mapfile -t files < <(git ls-files '*.c' '*.h' '*.cc' '*.cpp' '*.hpp' '*.cu' '*.cuh')
 else
-  mapfile -t files < <(find src include tests perf tools examples -type f \( -name '*.c' -o \
-    -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' \) -not -path '*/results/*' | sort)
+  mapfile -t files < <(find src include compat tests perf tools examples -type f \( -name '*.c' -o \
+    -name '*.h' -o -name '*.cc' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) -not -path '*/results/*' | sort)
 fi
 if [ "$mode" = "--check" ]; then
   if [ "$have" != "$FORMAT_MAJOR" ]; then

@@ -23,8 +23,6 @@ import subprocess
 import sys
 import time
 
-TLS_TUNABLE = "glibc.rtld.optional_static_tls=4096"  # see loom_torch's ImportError
-
 
 def parse_size(text):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -146,8 +144,6 @@ def launch(args, nranks):
     procs = []
     for rank in range(nranks):
         env = dict(os.environ)
-        if "optional_static_tls" not in env.get("GLIBC_TUNABLES", ""):
-            env["GLIBC_TUNABLES"] = TLS_TUNABLE
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(nranks), OMP_NUM_THREADS="1")
         argv = [sys.executable, os.path.abspath(__file__), "--rank", str(rank),

@@ -8,10 +8,6 @@ import sys
 import time
 
 SKIP = 77
-# libloom.so's thread-local block is in the static TLS model, which glibc can give a
-# library loaded by dlopen (as Python loads extensions) only from a small reserve; this
-# enlarges the reserve (see compat/torch/loom_torch/__init__.py).
-TLS_TUNABLE = "glibc.rtld.optional_static_tls=4096"
 
 
 def skip(reason):
@@ -21,11 +17,7 @@ def skip(reason):
 
 def loom_env(base=None):
     """The environment a rank needs to import loom_torch."""
-    env = dict(os.environ if base is None else base)
-    tun = env.get("GLIBC_TUNABLES", "")
-    if "optional_static_tls" not in tun:
-        env["GLIBC_TUNABLES"] = TLS_TUNABLE + (":" + tun if tun else "")
-    return env
+    return dict(os.environ if base is None else base)
 
 
 def require_backend():

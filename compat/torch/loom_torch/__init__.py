@@ -9,10 +9,6 @@ works under torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE). Under Loom's 
 loomrun, which sets LOOM_RANK, LOOM_WORLD_SIZE and LOOM_ROOT instead, call
 loom_torch.init_process_group(), which fills in torch's variables from Loom's first.
 
-Until libloom.so stops using the initial-exec TLS model, Python must be started with
-GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 (or LD_PRELOAD=libloom.so): glibc gives a
-library loaded by dlopen only a small reserve of static TLS.
-
 Every operation is enqueued on the group's Loom host stream and returns at once; wait() on
 its Work (or async_op=False) completes it. Work.wait() waits for the stream's work issued so
 far, not only for its own call. The first failed operation fails the group: its Work and
@@ -23,16 +19,7 @@ import os
 
 import torch.distributed as dist
 
-try:
-    from ._loom_torch import ProcessGroupLoom, loom_version
-except ImportError as e:
-    if "static TLS" not in str(e):
-        raise
-    # libloom.so's thread-locals use the static TLS model; a library that Python loads late
-    # gets those only from glibc's small reserve.
-    raise ImportError(
-        "%s; start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 (or "
-        "LD_PRELOAD=libloom.so) so that libloom.so can be loaded" % e) from e
+from ._loom_torch import ProcessGroupLoom, loom_version
 
 __all__ = ["ProcessGroupLoom", "loom_version", "init_process_group", "env_from_loomrun"]
 
