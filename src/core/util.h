@@ -20,7 +20,7 @@
  * KiB) into static TLS, which a library loaded with dlopen (Python's ctypes,
  * torch extensions, a dlopen'ed libnccl.so.2) cannot get: glibc keeps only a
  * few hundred bytes spare. The default model costs a few nanoseconds a launch
- * (docs/DESIGN.md, "Handles and arguments"); tests/tools/test_symbols.sh checks
+ * (docs/PERFORMANCE.md, "Launch overhead"); tests/tools/test_symbols.sh checks
  * that no initial-exec access comes back. */
 #define LOOM_TLS_HOT
 
