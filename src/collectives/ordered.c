@@ -34,49 +34,52 @@ struct ordered {
   const struct coll_args* a;
   struct plan* p;
   int rs;                /* reduce-scatter: part q is block q of count elements */
-  size_t slots;          /* scratch offset of the banks */
-  size_t acc;            /* reduce: scratch offset of this rank's folded part */
+  size_t slots;          /* scratch offset of the banks (reduce folds at 0, before them) */
   enum plan_buf acc_buf; /* where the fold writes: RECV, or SCRATCH for reduce */
   size_t npieces;
   size_t stride; /* elements between slots: a slice, or less for a small vector */
   size_t outs;   /* PreMulSum: scratch offset of the outgoing banks */
 };
 
-static size_t part_lo(const struct ordered* g, int q) {
-  return g->rs ? (size_t)q * g->a->count : part_begin(g->a->count, g->a->nranks, q);
+/* Part q: reduce-scatter's block q, else part_begin's split of the vector. */
+static size_t part_lo(const struct coll_args* a, int rs, int q) {
+  return rs ? (size_t)q * a->count : part_begin(a->count, a->nranks, q);
 }
-static size_t part_len(const struct ordered* g, int q) {
-  return g->rs ? g->a->count : part_begin(g->a->count, g->a->nranks, q + 1) - part_lo(g, q);
+static size_t part_len(const struct coll_args* a, int rs, int q) {
+  return rs ? a->count : part_begin(a->count, a->nranks, q + 1) - part_lo(a, rs, q);
 }
 
 /* Piece t of part q: its offset in the vector and its length (0 past the
  * part's end: both ends of a transfer skip it alike). */
 static size_t piece_len(const struct ordered* g, int q, size_t t) {
-  size_t lo = t * g->a->slice_elems, len = part_len(g, q);
+  size_t lo = t * g->a->slice_elems, len = part_len(g->a, g->rs, q);
   size_t left = lo < len ? len - lo : 0;
   return left < g->a->slice_elems ? left : g->a->slice_elems;
 }
 static size_t piece_off(const struct ordered* g, int q, size_t t) {
-  return part_lo(g, q) + t * g->a->slice_elems;
+  return part_lo(g->a, g->rs, q) + t * g->a->slice_elems;
 }
 
-static struct plan_ref slot(const struct ordered* g, size_t t, int q) {
+/* Slot q of piece t's bank in the banks at scratch offset base. */
+static struct plan_ref bank_slot(const struct ordered* g, size_t base, size_t t, int q) {
   size_t bank = t % 2, n = (size_t)g->a->nranks;
-  return plan_ref_make(PB_SCRATCH, g->slots + (bank * n + (size_t)q) * g->stride);
+  return plan_ref_make(PB_SCRATCH, base + (bank * n + (size_t)q) * g->stride);
 }
-
+/* Where piece t from rank q is received (folded from). */
+static struct plan_ref slot(const struct ordered* g, size_t t, int q) {
+  return bank_slot(g, g->slots, t, q);
+}
 /* PreMulSum: where piece t of part q waits, premultiplied, to be sent. */
 static struct plan_ref out_slot(const struct ordered* g, size_t t, int q) {
-  size_t bank = t % 2, n = (size_t)g->a->nranks;
-  return plan_ref_make(PB_SCRATCH, g->outs + (bank * n + (size_t)q) * g->stride);
+  return bank_slot(g, g->outs, t, q);
 }
 
 /* Where piece t of this rank's part is folded. */
 static struct plan_ref acc_ref(const struct ordered* g, size_t t) {
   size_t off = t * g->a->slice_elems;
   /* Reduce-scatter's RECV is this rank's block alone. */
-  if (g->acc_buf == PB_SCRATCH) return plan_ref_make(PB_SCRATCH, g->acc + off);
-  return plan_ref_make(PB_RECV, g->rs ? off : part_lo(g, g->a->rank) + off);
+  if (g->acc_buf == PB_SCRATCH) return plan_ref_make(PB_SCRATCH, off);
+  return plan_ref_make(PB_RECV, g->rs ? off : part_lo(g->a, 0, g->a->rank) + off);
 }
 
 /* PreMulSum, in a step of its own before the exchange of piece t: each rank
@@ -134,8 +137,8 @@ static loomResult_t ordered_build(const struct coll_args* a, struct plan* out, i
                        "ordered %s: bad arguments (rank %d of %d, root %d, slice of %zu "
                        "elements)",
                        what, a->rank, a->nranks, a->root, a->slice_elems);
-  struct ordered g = {a, out, rs, 0, 0, acc_buf, 0, 0, 0};
-  size_t n = (size_t)a->nranks, largest = part_len(&g, 0); /* part 0 is never shorter */
+  struct ordered g = {.a = a, .p = out, .rs = rs, .acc_buf = acc_buf};
+  size_t n = (size_t)a->nranks, largest = part_len(a, rs, 0); /* part 0 is never shorter */
   g.npieces = largest / a->slice_elems + (largest % a->slice_elems != 0);
   g.stride = LOOM_MIN(largest, a->slice_elems);
   /* Reduce folds into scratch, before the banks: RECV exists at the root only. */
@@ -164,15 +167,14 @@ loomResult_t ordered_reducescatter_build(const struct coll_args* a, struct plan*
 /* Then every rank sends its folded part to every other. */
 loomResult_t ordered_allreduce_build(const struct coll_args* a, struct plan* out) {
   LOOM_CHECK(ordered_build(a, out, 0, PB_RECV, "all-reduce"));
-  struct ordered g = {a, out, 0, 0, 0, PB_RECV, 0, 0, 0};
   int n = a->nranks, r = a->rank;
   plan_step_begin(out);
   for (int q = 0; q < n; q++) {
     if (q == r) continue;
-    struct plan_ref mine = plan_ref_make(PB_RECV, part_lo(&g, r));
-    struct plan_ref theirs = plan_ref_make(PB_RECV, part_lo(&g, q));
-    plan_add(out, OP_SEND, q, mine, mine, part_len(&g, r));
-    plan_add(out, OP_RECV, q, theirs, theirs, part_len(&g, q));
+    struct plan_ref mine = plan_ref_make(PB_RECV, part_lo(a, 0, r));
+    struct plan_ref theirs = plan_ref_make(PB_RECV, part_lo(a, 0, q));
+    plan_add(out, OP_SEND, q, mine, mine, part_len(a, 0, r));
+    plan_add(out, OP_RECV, q, theirs, theirs, part_len(a, 0, q));
   }
   return plan_finish(out);
 }
@@ -180,19 +182,18 @@ loomResult_t ordered_allreduce_build(const struct coll_args* a, struct plan* out
 /* Then every rank sends its folded part to the root. */
 loomResult_t ordered_reduce_build(const struct coll_args* a, struct plan* out) {
   LOOM_CHECK(ordered_build(a, out, 0, PB_SCRATCH, "reduce"));
-  struct ordered g = {a, out, 0, 0, 0, PB_SCRATCH, 0, 0, 0};
   int n = a->nranks, r = a->rank, root = a->root;
   struct plan_ref acc = plan_ref_make(PB_SCRATCH, 0);
   plan_step_begin(out);
   if (r != root) {
-    plan_add(out, OP_SEND, root, acc, acc, part_len(&g, r));
+    plan_add(out, OP_SEND, root, acc, acc, part_len(a, 0, r));
     return plan_finish(out);
   }
-  plan_add(out, OP_COPY, -1, acc, plan_ref_make(PB_RECV, part_lo(&g, r)), part_len(&g, r));
+  plan_add(out, OP_COPY, -1, acc, plan_ref_make(PB_RECV, part_lo(a, 0, r)), part_len(a, 0, r));
   for (int q = 0; q < n; q++) {
     if (q == r) continue;
-    struct plan_ref dst = plan_ref_make(PB_RECV, part_lo(&g, q));
-    plan_add(out, OP_RECV, q, dst, dst, part_len(&g, q));
+    struct plan_ref dst = plan_ref_make(PB_RECV, part_lo(a, 0, q));
+    plan_add(out, OP_RECV, q, dst, dst, part_len(a, 0, q));
   }
   return plan_finish(out);
 }

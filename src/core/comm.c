@@ -13,6 +13,24 @@
 #include "core/params.h"
 #include "core/report.h"
 
+/* The agreed settings a config field may override: the communicator's field
+ * that holds the value acted on, and the config's field that overrides it
+ * (both ints; a config from an older header may end before its field). */
+struct own_setting {
+  const char* env;
+  const char* config;
+  size_t field; /* offsetof(struct loom_comm, ...) */
+  size_t cfg;   /* offsetof(loomConfig_t, ...) */
+};
+static const struct own_setting own_settings[] = {
+    {"LOOM_CHECK_ARGS", "checkArgs", offsetof(struct loom_comm, check_args),
+     offsetof(loomConfig_t, checkArgs)},
+    {"LOOM_DETERMINISTIC", "deterministic", offsetof(struct loom_comm, deterministic),
+     offsetof(loomConfig_t, deterministic)},
+};
+#define NOWN (sizeof(own_settings) / sizeof(own_settings[0]))
+#define INT_AT(base, off) (*(int*)((char*)(base) + (off)))
+
 loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loom_comm** out) {
   struct loom_comm* c = calloc(1, sizeof(*c));
   if (!c) return err_set(NULL, loomSystemError, "out of memory allocating a communicator");
@@ -32,13 +50,11 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
     if (config->timeoutMs != LOOM_CONFIG_UNDEF_INT && config->timeoutMs > 0)
       c->timeout_ms = config->timeoutMs;
     if (config->commName) snprintf(c->name, sizeof(c->name), "%s", config->commName);
-    /* A config from an older header ends before checkArgs. */
-    if (config->size >= offsetof(loomConfig_t, checkArgs) + sizeof(int) &&
-        config->checkArgs != LOOM_CONFIG_UNDEF_INT)
-      c->check_args = config->checkArgs != 0;
-    if (config->size >= offsetof(loomConfig_t, deterministic) + sizeof(int) &&
-        config->deterministic != LOOM_CONFIG_UNDEF_INT)
-      c->deterministic = config->deterministic != 0;
+    for (size_t i = 0; i < NOWN; i++) {
+      size_t cf = own_settings[i].cfg;
+      if (config->size >= cf + sizeof(int) && INT_AT(config, cf) != LOOM_CONFIG_UNDEF_INT)
+        INT_AT(c, own_settings[i].field) = INT_AT(config, cf) != 0;
+    }
   }
   atomic_init(&c->async_error, loomInProgress);
   atomic_init(&c->aborted, 0);
@@ -227,19 +243,6 @@ void comm_set_peers(struct loom_comm* comm, struct peer_info* peers) {
   pthread_mutex_unlock(&comm->err_lock);
 }
 
-/* The agreed settings a config field may override, and the communicator's
- * field that holds the value acted on. */
-struct own_setting {
-  const char* env;
-  const char* config;
-  size_t field; /* offsetof(struct loom_comm, ...), an int */
-};
-static const struct own_setting own_settings[] = {
-    {"LOOM_CHECK_ARGS", "checkArgs", offsetof(struct loom_comm, check_args)},
-    {"LOOM_DETERMINISTIC", "deterministic", offsetof(struct loom_comm, deterministic)},
-};
-#define NOWN (sizeof(own_settings) / sizeof(own_settings[0]))
-
 static const struct own_setting* own_setting_of(int k) {
   for (size_t i = 0; i < NOWN; i++)
     if (params_agreed_find(own_settings[i].env) == k) return &own_settings[i];
@@ -249,7 +252,7 @@ static const struct own_setting* own_setting_of(int k) {
 void comm_settings_own(const struct loom_comm* comm, uint64_t* settings) {
   for (size_t i = 0; i < NOWN; i++) {
     int k = params_agreed_find(own_settings[i].env);
-    int v = *(const int*)((const char*)comm + own_settings[i].field);
+    int v = INT_AT(comm, own_settings[i].field);
     if (k >= 0) settings[k] = 0x6f776e30u + (unsigned)(v != 0); /* "own0", "own1" */
   }
 }
@@ -257,8 +260,8 @@ void comm_settings_own(const struct loom_comm* comm, uint64_t* settings) {
 void comm_config_inherit(const struct loom_comm* comm, loomConfig_t* out) {
   loomConfig_t c = LOOM_CONFIG_INITIALIZER;
   c.blocking = comm->blocking;
-  c.checkArgs = comm->check_args;
-  c.deterministic = comm->deterministic;
+  for (size_t i = 0; i < NOWN; i++)
+    INT_AT(&c, own_settings[i].cfg) = INT_AT(comm, own_settings[i].field);
   c.timeoutMs = (int)LOOM_MIN(comm->timeout_ms, 0x7fffffffLL);
   *out = c;
 }

@@ -200,12 +200,10 @@ int run_all(Ctx& c, const std::vector<size_t>& counts, bool expect_exact) {
           int n = c.nranks, r = c.rank, root = n - 1;
           size_t es = esize(t), total = coll == 3 ? count * (size_t)n : count;
           loomRedOp_t in_op = op0 == loomProd || op0 == loomMax || op0 == loomMin ? op0 : loomSum;
-          std::vector<uint8_t> mine =
-              coll == 3 ? std::vector<uint8_t>() : input(t, in_op, r, count, 1);
-          if (coll == 3) {  // reduce-scatter: n blocks, each input of its own seed block
-            mine = input(t, in_op, r, total, 2);
-          }
-          std::vector<uint8_t> want = fold(t, op0, n, total, coll == 3 ? 2 : 1);
+          // Reduce-scatter's input is n blocks, from a seed of its own.
+          int seed = coll == 3 ? 2 : 1;
+          std::vector<uint8_t> mine = input(t, in_op, r, total, seed);
+          std::vector<uint8_t> want = fold(t, op0, n, total, seed);
           std::vector<uint8_t> recv(total * es, 0xEE);
           loomRedOp_t op = make_op(op0, t, c.comm);
           loomResult_t res = loomSuccess;
