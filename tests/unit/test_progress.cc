@@ -85,12 +85,13 @@ struct Watch {
   std::function<void(Watch*, unsigned, int)> on;
 };
 
+// Counts the call last: a test that sees the count sees what the call did.
 void OnFd(void* arg, unsigned events, int err) {
   auto* w = static_cast<Watch*>(arg);
-  w->calls++;
   w->events |= events;
   if (err != 0) w->err = err;
   if (w->on) w->on(w, events, err);
+  w->calls++;
 }
 
 void Drain(int fd) {
