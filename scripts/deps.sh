@@ -13,9 +13,11 @@ set -euo pipefail
 # math checked against PyTorch on CPU (tests/parallel/torch_check.sh, numpy for its files).
 # libtorch-dev, python3-dev and pybind11-dev: the torch.distributed backend (compat/torch),
 # built against Debian's PyTorch and tested against its Gloo backend.
+# ccache: scripts/test.sh builds three trees (main, ASan, TSan); a rerun on the same machine
+# compiles only what changed.
 LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 procps nftables
                python3 gnuplot-nox clang-format libopenblas-dev python3-torch python3-numpy
-               libtorch-dev python3-dev pybind11-dev)
+               libtorch-dev python3-dev pybind11-dev ccache)
 
 # deps_missing PKG...: prints the ones not installed, space-separated.
 deps_missing() {

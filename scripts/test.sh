@@ -12,6 +12,13 @@ source scripts/deps.sh
 loom_deps
 scripts/format.sh --check
 jobs=$(nproc)
+# Compiles go through ccache when it is there (deps.sh installs it): paths are taken relative to
+# the checkout, so a fresh clone at another path reuses what an earlier run compiled.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 
 build_and_test() { # dir, cmake args..., -- ctest args...
   local dir=$1
@@ -21,7 +28,7 @@ build_and_test() { # dir, cmake args..., -- ctest args...
   [ $# -gt 0 ] && shift
   targs=("$@")
   echo "=== $dir: configure ${cargs[*]}"
-  cmake -S . -B "$dir" -DLOOM_WERROR=ON "${cargs[@]}" >"$dir.configure.log" 2>&1 ||
+  cmake -S . -B "$dir" -DLOOM_WERROR=ON "${launcher[@]}" "${cargs[@]}" >"$dir.configure.log" 2>&1 ||
     { cat "$dir.configure.log"; return 1; }
   grep -A8 "optional parts" "$dir.configure.log" || true
   # shellcheck disable=SC2086 # $targets is a list of words, or empty for all
