@@ -128,8 +128,16 @@ struct plan_obj* plan_obj_new(void) {
   return o;
 }
 
+void plan_obj_count(struct plan_obj* o, struct loom_comm* comm) {
+  o->comm = comm;
+  o->bytes = sizeof(*o) + o->plan.steps_cap * sizeof(*o->plan.steps) +
+             o->plan.ops_cap * sizeof(*o->plan.ops);
+  memstat_add(comm, MEM_PLANS, -1, o->bytes);
+}
+
 void plan_obj_unref(struct plan_obj* o) {
   if (!o || atomic_fetch_sub(&o->refs, 1) != 1) return;
+  memstat_sub(o->comm, MEM_PLANS, -1, o->bytes);
   plan_free(&o->plan);
   free(o);
 }
@@ -143,6 +151,7 @@ static loomResult_t plan_obj_build(const struct coll_task* t, struct plan_obj** 
     plan_obj_unref(o);
     return r;
   }
+  plan_obj_count(o, t->comm);
   *out = o;
   return loomSuccess;
 }

@@ -74,8 +74,12 @@ struct plan_key {
 struct plan_obj {
   struct plan plan;
   _Atomic int refs;
+  struct loom_comm* comm; /* whose memory it is counted as, once built (plan_obj_count) */
+  size_t bytes;           /* counted */
 };
 void plan_obj_unref(struct plan_obj* p);
+/* A built plan is counted as comm's memory (memstat.h) until its last reference goes. */
+void plan_obj_count(struct plan_obj* o, struct loom_comm* comm);
 
 /* The plans' PB_SCRATCH: one per communicator, replaced by a larger one when
  * a plan needs more, freed when no launch uses it any more. */
@@ -83,6 +87,7 @@ struct scratch_obj {
   _Atomic int refs;
   size_t bytes;
   void* data;
+  struct loom_comm* comm; /* whose memory it is counted as (memstat.h); outlives the object */
 };
 void scratch_obj_unref(struct scratch_obj* s);
 

@@ -146,11 +146,13 @@ static loomResult_t init_body(struct loom_comm* comm, const struct boot_id* id) 
   atomic_compare_exchange_strong(&comm->async_error, &expect, loomSuccess);
   LOOM_INFO(SUB_INIT, "rank %d of %d ready (comm %016llx%s%s)", comm->rank, comm->nranks,
             (unsigned long long)comm->comm_hash, comm->name[0] ? ", " : "", comm->name);
+  memstat_log(comm, "after init");
   return loomSuccess;
 }
 
 /* Tears down whatever init_body brought up; never blocks on peers. */
 static void comm_teardown(struct loom_comm* comm, int clean) {
+  memstat_log(comm, "before release");
   boot_fini(comm, clean);
   if (comm->coll) reg_comm_fini(comm); /* deregistered while the transports are up */
   tp_comm_fini(comm);

@@ -145,6 +145,7 @@ static loomResult_t exec_bufs(struct exec* e, int n) {
 
 void scratch_obj_unref(struct scratch_obj* s) {
   if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+  memstat_sub(s->comm, MEM_SCRATCH, -1, s->bytes);
   free(s->data);
   free(s);
 }
@@ -164,6 +165,8 @@ static loomResult_t scratch_take(struct loom_comm* comm, size_t need, struct scr
     atomic_init(&s->refs, 1);
     s->bytes = need;
     s->data = data;
+    s->comm = comm;
+    memstat_add(comm, MEM_SCRATCH, -1, need);
     scratch_obj_unref(cc->scratch); /* launches that use the old one keep it */
     cc->scratch = s;
   }
@@ -186,6 +189,7 @@ static loomResult_t run_build(struct comm_run* run) {
       u->plan = plan_obj_new();
       if (!u->plan) return err_set(run->comm, loomSystemError, "out of memory for a plan");
       LOOM_CHECK(p2p_build(t, n, &u->plan->plan));
+      plan_obj_count(u->plan, run->comm);
       i += n;
       continue;
     }
@@ -300,6 +304,8 @@ static loomResult_t exec_stage_reserve(struct exec* e, const struct plan_step* s
   if (need <= e->stage_cap) return loomSuccess;
   char* p = malloc(need);
   if (!p) return err_set(e->comm, loomSystemError, "out of memory (%zu bytes of staging)", need);
+  memstat_sub(e->comm, MEM_STAGING, -1, e->stage_cap);
+  memstat_add(e->comm, MEM_STAGING, -1, need);
   free(e->stage);
   e->stage = p;
   e->stage_cap = need;
@@ -801,6 +807,7 @@ static void host_release(struct exec_launch* l) {
     struct comm_run* run = &h->runs[i];
     exec_reset(&run->ex);
     free(run->ex.xf);
+    memstat_sub(run->comm, MEM_STAGING, -1, run->ex.stage_cap);
     free(run->ex.stage);
     for (int u = 0; u < run->nunits; u++) plan_obj_unref(run->units[u].plan);
     scratch_obj_unref(run->scratch);

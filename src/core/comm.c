@@ -34,7 +34,12 @@ static const struct own_setting own_settings[] = {
 loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct loom_comm** out) {
   struct loom_comm* c = calloc(1, sizeof(*c));
   if (!c) return err_set(NULL, loomSystemError, "out of memory allocating a communicator");
+  if (memstat_init(&c->mem, nranks) != 0) {
+    free(c);
+    return err_set(NULL, loomSystemError, "out of memory allocating a communicator");
+  }
   if (handle_new(HANDLE_COMM, c, &c->handle) != loomSuccess) {
+    memstat_fini(c);
     free(c);
     return loomSystemError;
   }
@@ -127,6 +132,7 @@ void comm_free(struct loom_comm* comm) {
   pthread_mutex_unlock(&forming_lock);
   if (comm->handle) handle_end(comm->handle, HANDLE_COMM);
   free(comm->peers);
+  memstat_fini(comm);
   pthread_mutex_destroy(&comm->err_lock);
   pthread_mutex_destroy(&comm->state_lock);
   pthread_cond_destroy(&comm->state_cond);

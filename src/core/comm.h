@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/memkind.h"
+#include "core/memstat.h"
 #include "core/params.h"
 #include "core/util.h"
 #include "loom.h"
@@ -54,6 +55,7 @@ struct loom_comm {
   struct bootstrap* boot;
   struct tp_comm* tp;
   struct coll_comm* coll;
+  struct mem_stat mem; /* what the layers allocate for it (memstat.h) */
 
   /* Error state. async_error is loomInProgress during a non-blocking init,
    * then loomSuccess, or the error that broke the communicator. */

@@ -138,6 +138,7 @@ void peer_comm_fini(struct loom_comm* comm) {
   if (!ps) return;
   for (int i = 0; i < MAP_CACHE; i++)
     if (ps->maps[i].id) munmap(ps->maps[i].local, ps->maps[i].size);
+  if (ps->bounce) memstat_sub(comm, MEM_STAGING, -1, BOUNCE_BYTES);
   free(ps->bounce);
   free(ps);
   *slot = NULL;
@@ -259,8 +260,10 @@ loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t
     return loomSuccess;
   }
   struct peer_state* ps = state_of(comm);
-  if (!ps->bounce && !(ps->bounce = malloc(BOUNCE_BYTES)))
-    return err_set(comm, loomSystemError, "out of memory");
+  if (!ps->bounce) {
+    if (!(ps->bounce = malloc(BOUNCE_BYTES))) return err_set(comm, loomSystemError, "out of memory");
+    memstat_add(comm, MEM_STAGING, -1, BOUNCE_BYTES);
+  }
   size_t per = BOUNCE_BYTES / unit * unit;
   for (size_t done = 0; done < bytes; done += per) {
     size_t len = LOOM_MIN(per, bytes - done);

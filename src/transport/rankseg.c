@@ -103,6 +103,8 @@ static loomResult_t named_create(struct loom_comm* comm, struct rank_segs* rs) {
   void* p = NULL;
   LOOM_CHECK(shmfile_named_create(comm, name, rs->bytes, "the rank segment", &p));
   rs->self = p;
+  rs->counted = rs->bytes;
+  memstat_add(comm, MEM_RANKSEG, -1, rs->counted);
   seg_fill(comm, p);
   return loomSuccess;
 }
@@ -152,6 +154,8 @@ loomResult_t rankseg_init(struct loom_comm* comm, struct rank_segs* rs, const st
     rs->self = rs->self_file.map;
     rs->peer[comm->rank] = rs->self;
     shmfile_sweep(); /* what receivers killed before collecting it left (shm.c) */
+    rs->counted = rs->bytes;
+    memstat_add(comm, MEM_RANKSEG, -1, rs->counted);
     return loomSuccess;
   }
   for (int p = 0; p < n; p++) {
@@ -191,6 +195,7 @@ void rankseg_fini(struct loom_comm* comm, struct rank_segs* rs) {
     munmap(rs->self, rs->bytes);
   }
   free(rs->peer);
+  memstat_sub(comm, MEM_RANKSEG, -1, rs->counted);
   memset(rs, 0, sizeof(*rs));
   rs->self_file.fd = -1;
 }

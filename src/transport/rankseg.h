@@ -41,6 +41,7 @@ struct rank_segs {
   int named;                 /* the communicator's mode */
   struct shm_file self_file; /* unnamed mode: this rank's, descriptor open until shared */
   int same_host;             /* ranks on this host, this one included */
+  size_t counted;            /* bytes counted for the communicator (memstat.h) */
 };
 
 /* Makes this rank's segment and maps every same-host peer's, agreeing with

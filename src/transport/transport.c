@@ -176,6 +176,11 @@ static void tp_wake(void* arg) {
   if (tp->segs.self) bell_ring(&tp->segs.self->bell);
 }
 
+/* The tables of connections, both directions. */
+static size_t tp_tables_bytes(const struct loom_comm* comm) {
+  return 2 * (size_t)comm->nranks * LANE_COUNT * sizeof(struct conn*) + sizeof(struct tp_comm);
+}
+
 loomResult_t tp_comm_init(struct loom_comm* comm) {
   int n = comm->nranks;
   struct tp_comm* tp = calloc(1, sizeof(*tp));
@@ -184,6 +189,7 @@ loomResult_t tp_comm_init(struct loom_comm* comm) {
   tp->send_conns = calloc((size_t)n * LANE_COUNT, sizeof(*tp->send_conns));
   tp->recv_conns = calloc((size_t)n * LANE_COUNT, sizeof(*tp->recv_conns));
   if (!tp->send_conns || !tp->recv_conns) return err_set(comm, loomSystemError, "out of memory");
+  memstat_add(comm, MEM_CONN, -1, tp_tables_bytes(comm));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   LOOM_CHECK(rankseg_init(comm, &tp->segs, &dl));
   comm_set_wake(comm, tp_wake, tp);
@@ -224,6 +230,7 @@ void tp_comm_fini(struct loom_comm* comm) {
   for (int t = 0; t < NTRANSPORTS; t++) all_transports[t]->comm_fini(comm, failed);
   progress_destroy(tp->progress); /* its clients have left it */
   rankseg_fini(comm, &tp->segs);
+  if (tp->send_conns && tp->recv_conns) memstat_sub(comm, MEM_CONN, -1, tp_tables_bytes(comm));
   free(tp->send_conns);
   free(tp->recv_conns);
   free(tp);

@@ -72,6 +72,11 @@ static loomResult_t local_can_connect(const struct peer_info* self, const struct
   return loomSuccess;
 }
 
+/* What a sender allocates for a FIFO: its control (slots of pointers, no data: the receiver
+ * copies from the sender's buffer) and its registry entry. Counted on the sender (memstat.h)
+ * until it closes, whichever side frees it last. */
+#define LOCAL_FIFO_BYTES (LOOM_ALIGN_UP(sizeof(struct fifo_ctrl), 64) + sizeof(struct reg_entry))
+
 static void fifo_unref(struct fifo_ctrl* f) {
   if (atomic_fetch_sub(&f->refs, 1) == 1) free(f);
 }
@@ -102,7 +107,9 @@ static loomResult_t local_connect(struct loom_comm* comm, int peer, int is_send,
     atomic_store(&f->magic, FIFO_MAGIC);
     c->ctrl = f;
     reg_add(comm->comm_hash, comm->rank, peer, lane, f, e);
+    memstat_add(comm, MEM_FIFO, peer, LOCAL_FIFO_BYTES);
   }
+  memstat_add(comm, MEM_CONN, peer, sizeof(*c));
   *out = &c->base;
   return loomSuccess;
 }
@@ -251,6 +258,8 @@ static loomResult_t local_cancel(struct conn* base) {
 static loomResult_t local_close(struct conn* base) {
   struct local_conn* c = (struct local_conn*)base;
   struct fifo_ctrl* f = c->ctrl;
+  memstat_sub(base->comm, MEM_CONN, base->peer, sizeof(*c));
+  if (base->is_send) memstat_sub(base->comm, MEM_FIFO, base->peer, LOCAL_FIFO_BYTES);
   if (!f) {
     free(c);
     return loomSuccess;

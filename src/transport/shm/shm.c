@@ -96,6 +96,7 @@ static loomResult_t shm_create(struct shm_conn* c) {
   }
   c->ctrl = p;
   c->map_bytes = total;
+  memstat_add(comm, MEM_FIFO, c->base.peer, total);
   c->data = (char*)p + fifo_ctrl_bytes();
   c->ctrl->nslots = nslots;
   c->ctrl->slot_bytes = slot_bytes;
@@ -136,6 +137,7 @@ static loomResult_t shm_connect(struct loom_comm* comm, int peer, int is_send, i
       return r;
     }
   }
+  memstat_add(comm, MEM_CONN, peer, sizeof(*c));
   *out = &c->base;
   return loomSuccess;
 }
@@ -316,6 +318,8 @@ static loomResult_t shm_close(struct conn* base) {
     shm_unlink(c->name);
   }
   if (c->ctrl) munmap(c->ctrl, c->map_bytes);
+  if (base->is_send && c->ctrl) memstat_sub(base->comm, MEM_FIFO, base->peer, c->map_bytes);
+  memstat_sub(base->comm, MEM_CONN, base->peer, sizeof(*c));
   free(c);
   return loomSuccess;
 }

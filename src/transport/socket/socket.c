@@ -90,11 +90,14 @@ void sock_conn_kick(struct sock_conn* c) {
 }
 
 void sock_conn_free(struct sock_conn* c) {
+  struct loom_comm* comm = c->base.comm;
   for (int i = 0; i < SOCK_MAX_STREAMS; i++) {
     if (c->streams[i].fd >= 0) sock_close(c->streams[i].fd);
+    if (c->streams[i].bounce) memstat_sub(comm, MEM_STAGING, c->base.peer, sock_bounce_bytes(c));
     free(c->streams[i].bounce);
   }
   pthread_mutex_destroy(&c->lock);
+  memstat_sub(comm, MEM_CONN, c->base.peer, sizeof(*c) + c->cap * sizeof(*c->ring));
   free(c->ring);
   free(c);
 }
@@ -131,6 +134,7 @@ static loomResult_t socket_connect(struct loom_comm* comm, int peer, int is_send
   c->sc = sc;
   c->ring = ring;
   c->cap = SOCK_RING_FIRST;
+  memstat_add(comm, MEM_CONN, peer, sizeof(*c) + c->cap * sizeof(*c->ring));
   c->nstreams = is_send ? sc->nstreams : 0; /* a receiver learns it from the hellos */
   for (int i = 0; i < SOCK_MAX_STREAMS; i++) {
     c->streams[i].conn = c;
@@ -166,6 +170,7 @@ static int ring_grow(struct sock_conn* c) {
   struct sock_msg* ring = calloc(cap, sizeof(*ring));
   if (ring == NULL) return -1;
   for (uint64_t s = c->head; s < c->tail; s++) ring[s & (cap - 1)] = c->ring[s & (c->cap - 1)];
+  memstat_add(c->base.comm, MEM_CONN, c->base.peer, (cap - c->cap) * sizeof(*ring));
   free(c->ring);
   c->ring = ring;
   c->cap = cap;

@@ -209,6 +209,11 @@ void sock_wake_rank(struct sock_comm* sc);
 void sock_conn_kick(struct sock_conn* c);
 /* Frees a connection nobody references any more. */
 void sock_conn_free(struct sock_conn* c);
+/* The bounce buffer of a stream whose receives reduce (made on the first such receive). */
+#define SOCK_BOUNCE_MAX (256u << 10)
+static inline size_t sock_bounce_bytes(const struct sock_conn* c) {
+  return LOOM_MIN((size_t)SOCK_BOUNCE_MAX, c->sc->chunk);
+}
 
 /* What the engine watches a stream for (PROGRESS_*). */
 unsigned sock_stream_events(const struct sock_conn* c);

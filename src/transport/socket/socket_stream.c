@@ -26,7 +26,6 @@
 #include "core/dtype.h"
 #include "transport/socket/socket.h"
 
-#define SOCK_BOUNCE_MAX (256u << 10)
 
 static struct sock_msg* msg_at(struct sock_conn* c, uint64_t seq) {
   return &c->ring[seq & (c->cap - 1)];
@@ -188,13 +187,14 @@ static void bounce_reduce(struct sock_stream* s, const struct xfer* x) {
 
 /* Reads the current frame's payload. Returns 1 when it is all in. */
 static int recv_payload(struct sock_conn* c, struct sock_stream* s, const struct xfer* x) {
-  size_t bounce_bytes = LOOM_MIN((size_t)SOCK_BOUNCE_MAX, c->sc->chunk);
+  size_t bounce_bytes = sock_bounce_bytes(c);
   if (x->reduce && s->bounce == NULL && s->in.len > 0) {
     s->bounce = malloc(bounce_bytes);
     if (s->bounce == NULL) {
       sock_conn_break(c, loomSystemError, "out of memory for a socket bounce buffer");
       return 0;
     }
+    memstat_add(c->base.comm, MEM_STAGING, c->base.peer, bounce_bytes);
   }
   while (s->pay_got < s->in.len) {
     size_t left = s->in.len - s->pay_got;
