@@ -24,17 +24,16 @@ int memstat_init(struct mem_stat* m, int nranks) {
 
 static void raise_to(_Atomic size_t* peak, size_t v) {
   size_t old = atomic_load_explicit(peak, memory_order_relaxed);
-  while (v > old &&
-         !atomic_compare_exchange_weak_explicit(peak, &old, v, memory_order_relaxed,
-                                                memory_order_relaxed)) {
+  while (v > old && !atomic_compare_exchange_weak_explicit(peak, &old, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
   }
 }
 
 void memstat_add(struct loom_comm* comm, enum mem_use use, int peer, size_t bytes) {
   if (!comm || bytes == 0) return;
   struct mem_stat* m = &comm->mem;
-  raise_to(&m->peak[use], atomic_fetch_add_explicit(&m->now[use], bytes, memory_order_relaxed) +
-                              bytes);
+  raise_to(&m->peak[use],
+           atomic_fetch_add_explicit(&m->now[use], bytes, memory_order_relaxed) + bytes);
   raise_to(&m->peak_total,
            atomic_fetch_add_explicit(&m->total, bytes, memory_order_relaxed) + bytes);
   if (peer >= 0 && peer < m->nranks && m->peer)
@@ -95,8 +94,8 @@ static void describe(struct loom_comm* comm, char* buf, size_t len) {
   for (int u = 0; u < MEM_USES && at > 0 && (size_t)at < len; u++) {
     bytes_text(s.now[u], a, sizeof(a));
     bytes_text(s.peak[u], b, sizeof(b));
-    at += snprintf(buf + at, len - (size_t)at, "%s %s %s (peak %s)", u ? "," : "", use_names[u],
-                   a, b);
+    at += snprintf(buf + at, len - (size_t)at, "%s %s %s (peak %s)", u ? "," : "", use_names[u], a,
+                   b);
   }
   if (at > 0 && (size_t)at < len) {
     bytes_text(s.peer_max, a, sizeof(a));

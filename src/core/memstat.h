@@ -50,7 +50,7 @@ void memstat_log(struct loom_comm* comm, const char* when);
 /* A copy of comm's counts (a moment's view: other threads may be adding). */
 struct mem_snapshot {
   size_t now[MEM_USES], peak[MEM_USES], total, peak_total;
-  int peers_held; /* peers something is held for now */
+  int peers_held;  /* peers something is held for now */
   size_t peer_max; /* the most held for one peer */
 };
 void memstat_get(struct loom_comm* comm, struct mem_snapshot* out);

@@ -261,7 +261,8 @@ loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t
   }
   struct peer_state* ps = state_of(comm);
   if (!ps->bounce) {
-    if (!(ps->bounce = malloc(BOUNCE_BYTES))) return err_set(comm, loomSystemError, "out of memory");
+    if (!(ps->bounce = malloc(BOUNCE_BYTES)))
+      return err_set(comm, loomSystemError, "out of memory");
     memstat_add(comm, MEM_STAGING, -1, BOUNCE_BYTES);
   }
   size_t per = BOUNCE_BYTES / unit * unit;

@@ -26,7 +26,6 @@
 #include "core/dtype.h"
 #include "transport/socket/socket.h"
 
-
 static struct sock_msg* msg_at(struct sock_conn* c, uint64_t seq) {
   return &c->ring[seq & (c->cap - 1)];
 }
