@@ -1,8 +1,12 @@
 /* loom_info - what this build of Loom is and what it can use here.
  *   loom_info          version, features compiled in, transports usable here
  *   loom_info --env    every LOOM_* variable: value, default, help
- *   loom_info --topo   the probed topology, in LOOM_TOPO_FILE's format */
+ *   loom_info --topo   the probed topology, in LOOM_TOPO_FILE's format
+ *   loom_info --memory what a communicator holds after one call of each collective
+ *                      (-n N: N thread ranks; else the ranks loomrun or another launcher
+ *                      started) */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +14,8 @@
 #include <unistd.h>
 
 #include "collectives/coll.h"
+#include "core/comm.h"
+#include "core/memstat.h"
 #include "core/params.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "loom.h"
@@ -174,22 +180,227 @@ static int print_topo(void) {
   return 1;
 }
 
+/* ---- --memory ------------------------------------------------------------------ */
+
+/* One rank's counts, as every rank sends them to rank 0 (plain integers). */
+struct mem_row {
+  uint64_t init_total;                    /* right after init */
+  uint64_t now[MEM_USES], peak[MEM_USES]; /* after the calls */
+  uint64_t total, peak_total, peer_max;
+  int64_t peers_held;
+};
+
+struct mem_job {
+  int nranks, rank, threads; /* threads: ranks are this process's threads */
+  size_t bytes;              /* per rank, of each collective */
+  loomUniqueId id;
+  int failed;
+};
+
+#define MEM_CHECK(call)                                                                          \
+  do {                                                                                           \
+    loomResult_t r_ = (call);                                                                    \
+    if (r_ != loomSuccess) {                                                                     \
+      fprintf(stderr, "loom_info: rank %d: %s: %s\n", job->rank, #call, loomGetLastError(comm)); \
+      job->failed = 1;                                                                           \
+      goto out;                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+/* size_text, with two decimals above 1 MiB. */
+static void mem_text(size_t b, char* buf, size_t len) {
+  if (b >= (1u << 20))
+    snprintf(buf, len, "%.2f MiB", (double)b / (1u << 20));
+  else
+    size_text(b, buf, len);
+}
+
+static void mem_print(const struct mem_job* job, int nranks, const struct mem_row* rows) {
+  char b[32];
+  printf(
+      "memory of one communicator of %d ranks (%s%s%s), after one call of each collective\n"
+      "(all-reduce, reduce-scatter, all-gather, all-to-all, broadcast, reduce, gather, scatter,\n"
+      "a ring of send/recv) with %zu bytes per rank; bytes held now (peak in brackets)\n",
+      nranks, job->threads ? "threads of one process" : "processes",
+      params_get()->transports[0] ? ", LOOM_TRANSPORTS=" : "", params_get()->transports,
+      job->bytes);
+  printf("%-5s %-10s", "rank", "init");
+  for (int u = 0; u < MEM_USES; u++) printf(" %-20s", memstat_use_name((enum mem_use)u));
+  printf(" %-20s %s\n", "total", "peers (most for one)");
+  for (int r = 0; r < nranks; r++) {
+    const struct mem_row* w = &rows[r];
+    mem_text(w->init_total, b, sizeof(b));
+    printf("%-5d %-10s", r, b);
+    for (int u = 0; u < MEM_USES; u++) {
+      char now[32], peak[32], cell[72];
+      mem_text(w->now[u], now, sizeof(now));
+      mem_text(w->peak[u], peak, sizeof(peak));
+      snprintf(cell, sizeof(cell), "%s (%s)", now, peak);
+      printf(" %-20s", cell);
+    }
+    char now[32], peak[32], cell[72];
+    mem_text(w->total, now, sizeof(now));
+    mem_text(w->peak_total, peak, sizeof(peak));
+    snprintf(cell, sizeof(cell), "%s (%s)", now, peak);
+    mem_text(w->peer_max, b, sizeof(b));
+    printf(" %-20s %lld (%s)\n", cell, (long long)w->peers_held, b);
+  }
+  uint64_t sum = 0;
+  for (int r = 0; r < nranks; r++) sum += rows[r].total;
+  mem_text(sum, b, sizeof(b));
+  printf("all ranks together: %s (%llu bytes)\n", b, (unsigned long long)sum);
+}
+
+/* One rank: init, the calls, the counts to rank 0, destroy. */
+static void* mem_rank(void* arg) {
+  struct mem_job* job = arg;
+  loomComm_t comm = NULL;
+  struct mem_row* rows = NULL;
+  float *in = NULL, *out = NULL;
+  loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+  cfg.commName = "loom_info --memory";
+  if (job->threads) {
+    MEM_CHECK(loomCommInitRankConfig(&comm, job->nranks, job->id, job->rank, &cfg));
+  } else {
+    MEM_CHECK(loomCommInitFromEnv(&comm, &cfg));
+    MEM_CHECK(loomCommUserRank(comm, &job->rank));
+    MEM_CHECK(loomCommCount(comm, &job->nranks));
+  }
+  struct loom_comm* c = NULL;
+  MEM_CHECK(comm_get(comm, "loom_info", &c));
+  struct mem_snapshot s;
+  memstat_get(c, &s);
+  struct mem_row row = {.init_total = s.total};
+  int n = job->nranks, me = job->rank;
+  size_t count = job->bytes / sizeof(float);
+  if (count == 0) count = 1;
+  in = calloc(count * (size_t)n, sizeof(float));
+  out = calloc(count * (size_t)n, sizeof(float));
+  rows = calloc((size_t)n, sizeof(*rows));
+  if (!in || !out || !rows) {
+    fprintf(stderr, "loom_info: out of memory\n");
+    job->failed = 1;
+    goto out;
+  }
+  size_t per = count / (size_t)n ? count / (size_t)n : 1; /* all-to-all, gather: count in all */
+  MEM_CHECK(loomAllReduce(in, out, count, loomFloat32, loomSum, comm, NULL));
+  MEM_CHECK(loomReduceScatter(in, out, per, loomFloat32, loomSum, comm, NULL));
+  MEM_CHECK(loomAllGather(in, out, per, loomFloat32, comm, NULL));
+  MEM_CHECK(loomAlltoAll(in, out, per, loomFloat32, comm, NULL));
+  MEM_CHECK(loomBroadcast(in, out, count, loomFloat32, 0, comm, NULL));
+  MEM_CHECK(loomReduce(in, out, count, loomFloat32, loomSum, 0, comm, NULL));
+  MEM_CHECK(loomGather(in, out, per, loomFloat32, 0, comm, NULL));
+  MEM_CHECK(loomScatter(in, out, per, loomFloat32, 0, comm, NULL));
+  MEM_CHECK(loomGroupStart());
+  MEM_CHECK(loomSend(in, count, loomFloat32, (me + 1) % n, comm, NULL));
+  MEM_CHECK(loomRecv(out, count, loomFloat32, (me + n - 1) % n, comm, NULL));
+  MEM_CHECK(loomGroupEnd());
+  memstat_get(c, &s);
+  for (int u = 0; u < MEM_USES; u++) row.now[u] = s.now[u], row.peak[u] = s.peak[u];
+  row.total = s.total;
+  row.peak_total = s.peak_total;
+  row.peer_max = s.peer_max;
+  row.peers_held = s.peers_held;
+  MEM_CHECK(loomAllGather(&row, rows, sizeof(row), loomUint8, comm, NULL));
+  if (me == 0) mem_print(job, n, rows);
+  MEM_CHECK(loomCommFinalize(comm));
+out:
+  if (comm) loomCommDestroy(comm);
+  free(in);
+  free(out);
+  free(rows);
+  return NULL;
+}
+
+/* -n N: N thread ranks here; else this process is one rank of a launched job. */
+static int print_memory(int nthreads, size_t bytes) {
+  struct mem_job one = {.bytes = bytes};
+  if (nthreads <= 0) {
+    mem_rank(&one);
+    size_t left = memstat_process_now();
+    if (left)
+      fprintf(stderr, "loom_info: rank %d: %zu bytes still held after destroy\n", one.rank, left);
+    else if (one.rank == 0 && !one.failed)
+      printf("after destroy: nothing held (each rank checks its own)\n");
+    return one.failed || left;
+  }
+  struct mem_job* jobs = calloc((size_t)nthreads, sizeof(*jobs));
+  pthread_t* th = calloc((size_t)nthreads, sizeof(*th));
+  loomUniqueId id;
+  if (!jobs || !th || loomGetUniqueId(&id) != loomSuccess) {
+    fprintf(stderr, "loom_info: cannot start: %s\n",
+            jobs && th ? loomGetLastError(NULL) : "out of memory");
+    free(jobs);
+    free(th);
+    return 1;
+  }
+  int started = 0, failed = 0;
+  for (int r = 0; r < nthreads; r++) {
+    jobs[r] =
+        (struct mem_job){.nranks = nthreads, .rank = r, .threads = 1, .bytes = bytes, .id = id};
+    if (pthread_create(&th[r], NULL, mem_rank, &jobs[r]) != 0) {
+      fprintf(stderr, "loom_info: cannot start thread %d\n", r);
+      failed = 1;
+      break;
+    }
+    started++;
+  }
+  for (int r = 0; r < started; r++) {
+    pthread_join(th[r], NULL);
+    failed |= jobs[r].failed;
+  }
+  size_t left = memstat_process_now();
+  if (left)
+    fprintf(stderr, "loom_info: %zu bytes still held after destroy\n", left);
+  else if (!failed)
+    printf("after destroy: nothing held\n");
+  free(jobs);
+  free(th);
+  return failed || left;
+}
+
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--env") == 0) return print_env();
     if (strcmp(argv[i], "--topo") == 0) return print_topo();
+    if (strcmp(argv[i], "--memory") == 0) {
+      int n = 0;
+      size_t bytes = 1u << 20;
+      for (int j = i + 1; j + 1 < argc; j += 2) {
+        char* end = NULL;
+        long long v = strtoll(argv[j + 1], &end, 10);
+        if (!end || *end || v < 1 || v > (1ll << 32) ||
+            (strcmp(argv[j], "-n") != 0 && strcmp(argv[j], "--bytes") != 0)) {
+          fprintf(stderr, "loom_info: --memory takes -n RANKS and --bytes BYTES (positive)\n");
+          return 2;
+        }
+        if (strcmp(argv[j], "-n") == 0)
+          n = (int)LOOM_MIN(v, 1024);
+        else
+          bytes = (size_t)v;
+      }
+      if ((argc - i - 1) % 2) {
+        fprintf(stderr, "loom_info: --memory takes -n RANKS and --bytes BYTES (positive)\n");
+        return 2;
+      }
+      return print_memory(n, bytes);
+    }
     if (strcmp(argv[i], "--tuning") == 0) {
       print_tuning();
       return 0;
     }
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       printf(
-          "usage: loom_info [--env | --topo | --tuning]\n"
+          "usage: loom_info [--env | --topo | --tuning | --memory [-n RANKS] [--bytes B]]\n"
           "  --env     print every LOOM_* variable with its value, default and help\n"
           "  --topo    print the topology probed here, in LOOM_TOPO_FILE's format\n"
           "            (docs/topology.md): save it, edit it, give it to a rank\n"
           "  --tuning  print, per collective, rank count and size range, the algorithm the\n"
-          "            tuner picks and the time it predicts\n");
+          "            tuner picks and the time it predicts\n"
+          "  --memory  what one communicator holds (FIFOs, connections, staging, scratch, plans,\n"
+          "            per peer) after one call of each collective of B bytes per rank (1 MiB),\n"
+          "            and that destroy releases it all: -n RANKS thread ranks here, or run it\n"
+          "            under a launcher (loomrun -n 8 loom_info --memory) for process ranks\n");
       return 0;
     }
     fprintf(stderr, "loom_info: unknown option %s (try --help)\n", argv[i]);

@@ -34,7 +34,9 @@ using harness::Opts;
 // max(buffsize / nslots, 4 KiB) rounded up to 4 KiB).
 constexpr size_t kBuffsize = 256 << 10;
 constexpr size_t kSlots = 4;
-size_t FifoBytes() { return fifo_ctrl_bytes() + kSlots * (kBuffsize / kSlots); }
+size_t FifoBytes() {
+  return fifo_ctrl_bytes() + kSlots * (kBuffsize / kSlots);
+}
 
 mem_snapshot Snap(loomComm_t h) {
   loom_comm* c = nullptr;
@@ -49,11 +51,11 @@ mem_snapshot Snap(loomComm_t h) {
 void OneOfEach(const Ctx& c, size_t count) {
   int n = c.nranks, me = c.rank;
   std::vector<float> in(count * n, (float)(me + 1)), out(count * n, 0.0f);
-  ASSERT_LOOM_OK(loomAllReduce(in.data(), out.data(), count, loomFloat32, loomSum, c.comm,
-                               nullptr));
+  ASSERT_LOOM_OK(
+      loomAllReduce(in.data(), out.data(), count, loomFloat32, loomSum, c.comm, nullptr));
   EXPECT_EQ(out[count - 1], (float)(n * (n + 1) / 2));
-  ASSERT_LOOM_OK(loomReduceScatter(in.data(), out.data(), count, loomFloat32, loomSum, c.comm,
-                                   nullptr));
+  ASSERT_LOOM_OK(
+      loomReduceScatter(in.data(), out.data(), count, loomFloat32, loomSum, c.comm, nullptr));
   ASSERT_LOOM_OK(loomAllGather(in.data(), out.data(), count, loomFloat32, c.comm, nullptr));
   ASSERT_LOOM_OK(loomAlltoAll(in.data(), out.data(), count, loomFloat32, c.comm, nullptr));
   ASSERT_LOOM_OK(loomBroadcast(in.data(), out.data(), count, loomFloat32, 0, c.comm, nullptr));
