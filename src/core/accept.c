@@ -56,20 +56,33 @@ struct accept_set {
   int* free_slots; /* a stack of cap - npending indices */
   uint8_t* bufs;
   struct refusal_log log;
-  char who[64]; /* cfg.who points here: the caller's text may not outlive the call */
+  char who[64];   /* cfg.who points here: the caller's text may not outlive the call */
+  int spare_held; /* counted in spare_users */
 };
 
 /* ---- The spare descriptor ------------------------------------------------------ */
 
-/* One per process: at the descriptor limit, with no stranger to evict, it
- * is closed so that one accept can take the newcomer off the backlog and
- * close it, instead of leaving the listener readable forever. */
+/* One per process while any accept set exists (closed with the last, so that a process whose
+ * communicators are all destroyed holds no descriptor of Loom's): at the descriptor limit,
+ * with no stranger to evict, it is closed so that one accept can take the newcomer off the
+ * backlog and close it, instead of leaving the listener readable forever. */
 static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
 static int spare_fd = -1;
+static int spare_users; /* accept sets alive; under spare_lock */
 
 static void spare_open(void) {
   pthread_mutex_lock(&spare_lock);
+  spare_users++;
   if (spare_fd < 0) spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  pthread_mutex_unlock(&spare_lock);
+}
+
+static void spare_close(void) {
+  pthread_mutex_lock(&spare_lock);
+  if (--spare_users == 0 && spare_fd >= 0) {
+    close(spare_fd);
+    spare_fd = -1;
+  }
   pthread_mutex_unlock(&spare_lock);
 }
 
@@ -365,6 +378,7 @@ loomResult_t accept_set_create(struct loom_comm* comm, int listen_fd, const stru
                        cfg->who, strerror(e));
   }
   spare_open();
+  s->spare_held = 1;
   *out = s;
   return loomSuccess;
 fail_mem:
@@ -386,6 +400,7 @@ void accept_set_destroy(struct accept_set* s) {
   free(s->slots);
   free(s->free_slots);
   free(s->bufs);
+  if (s->spare_held) spare_close();
   free(s);
 }
 
