@@ -2,6 +2,8 @@
  *   loom_info          version, features compiled in, transports usable here
  *   loom_info --env    every LOOM_* variable: value, default, help
  *   loom_info --topo   the probed topology, in LOOM_TOPO_FILE's format
+ *   loom_info --hang DIR  the diagnosis of the flight records the ranks wrote to DIR
+ *                      (LOOM_DUMP_DIR), see loom_hang.h
  *   loom_info --memory what a communicator holds after one call of each collective
  *                      (-n N: N thread ranks; else the ranks loomrun or another launcher
  *                      started) */
@@ -19,6 +21,7 @@
 #include "core/params.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "loom.h"
+#include "loom_hang.h"
 #include "topo/topo.h"
 #include "topo/tune.h"
 
@@ -363,6 +366,13 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--env") == 0) return print_env();
     if (strcmp(argv[i], "--topo") == 0) return print_topo();
+    if (strcmp(argv[i], "--hang") == 0) {
+      if (i + 2 != argc) {
+        fprintf(stderr, "loom_info: --hang takes one directory (LOOM_DUMP_DIR of the ranks)\n");
+        return 2;
+      }
+      return hang_main(argv[i + 1]);
+    }
     if (strcmp(argv[i], "--memory") == 0) {
       int n = 0;
       size_t bytes = 1u << 20;
@@ -391,12 +401,16 @@ int main(int argc, char** argv) {
     }
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       printf(
-          "usage: loom_info [--env | --topo | --tuning | --memory [-n RANKS] [--bytes B]]\n"
+          "usage: loom_info [--env | --topo | --tuning | --hang DIR | --memory [-n RANKS] [--bytes "
+          "B]]\n"
           "  --env     print every LOOM_* variable with its value, default and help\n"
           "  --topo    print the topology probed here, in LOOM_TOPO_FILE's format\n"
           "            (docs/topology.md): save it, edit it, give it to a rank\n"
           "  --tuning  print, per collective, rank count and size range, the algorithm the\n"
           "            tuner picks and the time it predicts\n"
+          "  --hang DIR  merge the flight records the ranks wrote to DIR (LOOM_DUMP_DIR) on a\n"
+          "            timeout, a failure, loomCommAbort or LOOM_DUMP_SIGNAL, and say where they\n"
+          "            diverge, who waits on whom and who holds the others back\n"
           "  --memory  what one communicator holds (FIFOs, connections, staging, scratch, plans,\n"
           "            per peer) after one call of each collective of B bytes per rank (1 MiB),\n"
           "            and that destroy releases it all: -n RANKS thread ranks here, or run it\n"

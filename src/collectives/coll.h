@@ -43,6 +43,7 @@ struct coll_task {
   const void* scalar_ptr;  /* PreMulSum's scalar, when read at run time */
   size_t* v;               /* all-to-all-v: sendcounts, sdispls, recvcounts, rdispls (4n, owned) */
   enum mem_kind mem;       /* of every buffer of the call (api.c classifies them) */
+  uint64_t rec;            /* its flight record (recorder.h); 0: none */
 };
 
 #define COLL_MAX_PREMUL 256

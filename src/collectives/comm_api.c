@@ -15,6 +15,7 @@
 #include "core/fault.h"
 #include "core/handle.h"
 #include "core/params.h"
+#include "core/recorder.h"
 #include "topo/topo.h"
 #include "transport/transport.h"
 
@@ -137,6 +138,7 @@ static loomResult_t init_body(struct loom_comm* comm, const struct boot_id* id) 
   LOOM_CHECK(comm_settings_check(comm));
   LOOM_CHECK(tp_comm_init(comm));
   LOOM_CHECK(coll_comm_init(comm));
+  LOOM_CHECK(recorder_create(comm, &comm->rec));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   fault_point("initdone", comm->rank);
   LOOM_CHECK(boot_barrier_init_done(comm, &dl));
@@ -157,6 +159,7 @@ static void comm_teardown(struct loom_comm* comm, int clean) {
   if (comm->coll) reg_comm_fini(comm); /* deregistered while the transports are up */
   tp_comm_fini(comm);
   coll_comm_fini(comm);
+  recorder_destroy(comm);
   comm_free(comm);
 }
 
@@ -184,6 +187,7 @@ loomResult_t coll_settings_check(void) {
   LOOM_CHECK(tune_algo_check(params_get()->algo));
   LOOM_CHECK(tune_proto_check(params_get()->proto));
   LOOM_CHECK(topo_check());
+  LOOM_CHECK(recorder_signal_setup());
   return tp_transports_check(params_get()->transports);
 }
 
@@ -323,6 +327,7 @@ loomResult_t loomCommDestroy(loomComm_t handle) {
 loomResult_t loomCommAbort(loomComm_t handle) {
   struct loom_comm* comm = NULL;
   LOOM_CHECK(comm_end(handle, "loomCommAbort", &comm));
+  recorder_dump(comm, "loomCommAbort"); /* what was in flight, before the flag stops it */
   atomic_store(&comm->aborted, COMM_ABORT_USER);
   comm_wake(comm);
   join_init_thread(comm); /* its waits watch the abort flag */

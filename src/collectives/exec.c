@@ -7,6 +7,7 @@
 #include "collectives/coll.h"
 #include "core/checks.h"
 #include "core/event.h"
+#include "core/recorder.h"
 
 /* Every executor of this build. A CUDA executor joins the list when CUDA
  * is compiled in. */
@@ -62,8 +63,20 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
   l->ntasks = ntasks;
   l->ex = ex;
   l->state = (char*)l + head;
+  for (int i = 0; i < ntasks; i++) {
+    struct coll_task* t = &tasks[i];
+    struct rec_call c = {.kind = (int)t->kind,
+                         .is_p2p = t->kind == COLL_SEND || t->kind == COLL_RECV,
+                         .count = t->count,
+                         .dtype = t->dtype,
+                         .op = t->op,
+                         .root = t->root,
+                         .stream = (uint64_t)(uintptr_t)t->stream};
+    t->rec = recorder_enqueue(t->comm->rec, &c);
+  }
   loomResult_t r = ex->prepare(l);
   if (r != loomSuccess) {
+    for (int i = 0; i < ntasks; i++) recorder_end(tasks[i].comm->rec, tasks[i].rec, r);
     ex->release(l);
     tasks_release(tasks, ntasks);
     free(l);

@@ -26,6 +26,7 @@
 #include "core/dtype.h"
 #include "core/fault.h"
 #include "core/params.h"
+#include "core/recorder.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "topo/tune.h"
 #include "transport/transport.h"
@@ -206,6 +207,16 @@ static loomResult_t run_build(struct comm_run* run) {
 /* Starts the next unit of run: its buffers, and what a direct plan
  * publishes (at run time: the previous direct plan ended with a sync that
  * every peer passed, so none still reads what was published for it). */
+/* The flight records of a unit's tasks: it started; it ended with r. */
+static void unit_rec_start(struct comm_run* run, const struct unit* u) {
+  for (int k = 0; k < u->ntasks; k++)
+    recorder_start(run->comm->rec, u->t[k].rec, u->plan->plan.algo, u->plan->plan.nsteps);
+}
+
+static void unit_rec_end(struct comm_run* run, const struct unit* u, loomResult_t r) {
+  for (int k = 0; k < u->ntasks; k++) recorder_end(run->comm->rec, u->t[k].rec, r);
+}
+
 static loomResult_t exec_start(struct comm_run* run) {
   struct exec* e = &run->ex;
   struct unit* u = &run->units[run->next++];
@@ -222,6 +233,7 @@ static loomResult_t exec_start(struct comm_run* run) {
   e->fault_step = UINT32_MAX;
   e->what = coll_kind_text(t->kind);
   e->lane = run->lane;
+  unit_rec_start(run, u);
   e->mem = t->mem;
   if (t->kind == COLL_SEND || t->kind == COLL_RECV) {
     int n = u->ntasks;
@@ -471,6 +483,25 @@ static void exec_describe_wait(const struct exec* e, char* buf, size_t len) {
     snprintf(buf, len, "step %u of %u", e->step + 1, e->plan->nsteps);
 }
 
+/* What the active unit of run waits on, in its flight records (before the executor sleeps). */
+static void run_rec_wait(struct comm_run* run) {
+  const struct exec* e = &run->ex;
+  if (!run->active || !e->plan || !run->comm->rec) return;
+  int peer = -1, is_send = 0;
+  size_t bytes = 0;
+  for (uint32_t i = 0; i < e->nxf; i++) {
+    const struct xfer* x = &e->xf[i];
+    if (e->xf_state[i] == XF_DONE) continue;
+    peer = x->conn->peer;
+    is_send = x->conn->is_send;
+    bytes = x->bytes - x->done;
+    break;
+  }
+  const struct unit* u = &run->units[run->next - 1];
+  for (int k = 0; k < u->ntasks; k++)
+    recorder_wait(run->comm->rec, u->t[k].rec, e->step, peer, is_send, bytes);
+}
+
 /* A peer that e waits on and that has left the communicator (it said
  * goodbye, so it will never come), or -1: a connection to it not up yet, a
  * sync it has not reached, or a transfer with it not done over a transport
@@ -553,6 +584,7 @@ static loomResult_t run_progress(struct comm_run* run, int* moved) {
     LOOM_CHECK(exec_progress(&run->ex, &d, moved));
     if (!d) return loomSuccess;
     run->active = 0;
+    unit_rec_end(run, &run->units[run->next - 1], loomSuccess);
   }
 }
 
@@ -661,7 +693,10 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
   }
   if (h->started)
     for (int i = 0; i < h->nruns; i++)
-      if (!h->runs[i].done) LOOM_CHECK(run_check(&h->runs[i]));
+      if (!h->runs[i].done) {
+        if (h->spin == 0) run_rec_wait(&h->runs[i]); /* once each time it stalls */
+        LOOM_CHECK(run_check(&h->runs[i]));
+      }
   if (h->spin < h->spin_max) {
     h->spin++;
     cpu_relax();
@@ -803,6 +838,12 @@ static void host_release(struct exec_launch* l) {
       if (run->owns) tp_comm_cancel(run->comm);
     }
   }
+  loomResult_t end = l->result != loomSuccess ? l->result
+                     : l->cancel              ? loomInvalidUsage
+                                              : loomSuccess;
+  for (int i = 0; i < h->nruns && end != loomSuccess; i++) /* those not done */
+    for (int k = 0; k < h->runs[i].ntasks; k++)
+      recorder_end(h->runs[i].comm->rec, h->runs[i].tasks[k].rec, end);
   for (int i = h->nruns - 1; i >= 0; i--) {
     struct comm_run* run = &h->runs[i];
     exec_reset(&run->ex);

@@ -11,6 +11,7 @@
 #include "core/checks.h"
 #include "core/handle.h"
 #include "core/params.h"
+#include "core/recorder.h"
 #include "core/report.h"
 
 /* The agreed settings a config field may override: the communicator's field
@@ -199,6 +200,7 @@ static int fail_record_locked(struct loom_comm* comm, int peer, loomResult_t cod
 static void fail_announce(struct loom_comm* comm, const char* full) {
   comm_state_changed(comm); /* a non-blocking init that failed has ended */
   LOOM_WARN(SUB_ALL, "%s", full);
+  recorder_dump(comm, full);
   forming_stop(comm);
   err_copy_to_thread(full);
 }

@@ -35,6 +35,7 @@ struct peer_info {
 struct bootstrap; /* src/core/bootstrap.c */
 struct tp_comm;   /* src/transport: connections of this comm */
 struct coll_comm; /* src/collectives: plans, groups, per-comm executor state */
+struct recorder;  /* src/core/recorder.c */
 
 /* The communicator behind a loomComm_t. The user's handle is not a pointer
  * to it but an entry of the live-handle table (handle.h); public functions
@@ -55,7 +56,8 @@ struct loom_comm {
   struct bootstrap* boot;
   struct tp_comm* tp;
   struct coll_comm* coll;
-  struct mem_stat mem; /* what the layers allocate for it (memstat.h) */
+  struct mem_stat mem;  /* what the layers allocate for it (memstat.h) */
+  struct recorder* rec; /* the flight recorder (recorder.h); NULL: off or not yet made */
 
   /* Error state. async_error is loomInProgress during a non-blocking init,
    * then loomSuccess, or the error that broke the communicator. */

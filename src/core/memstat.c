@@ -9,8 +9,8 @@
 
 static _Atomic size_t process_now;
 
-static const char* const use_names[MEM_USES] = {"rankseg", "fifo",    "conn",
-                                                "staging", "scratch", "plans"};
+static const char* const use_names[MEM_USES] = {"rankseg", "fifo",  "conn",    "staging",
+                                                "scratch", "plans", "recorder"};
 
 const char* memstat_use_name(enum mem_use use) {
   return use >= 0 && use < MEM_USES ? use_names[use] : "?";

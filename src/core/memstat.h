@@ -13,12 +13,13 @@
 #include <stddef.h>
 
 enum mem_use {
-  MEM_RANKSEG, /* this rank's segment: doorbell, FIFO descriptor slots (rankseg.h) */
-  MEM_FIFO,    /* the FIFOs of connections this rank sends on (their slots and control) */
-  MEM_CONN,    /* connection state: ends, queues, socket message rings, tables of them */
-  MEM_STAGING, /* bounce and staging buffers: receive-and-reduce, copies between processes */
-  MEM_SCRATCH, /* the plans' scratch buffer (one per communicator, grown to the largest need) */
-  MEM_PLANS,   /* built plans: the plan cache and plans of running launches */
+  MEM_RANKSEG,  /* this rank's segment: doorbell, FIFO descriptor slots (rankseg.h) */
+  MEM_FIFO,     /* the FIFOs of connections this rank sends on (their slots and control) */
+  MEM_CONN,     /* connection state: ends, queues, socket message rings, tables of them */
+  MEM_STAGING,  /* bounce and staging buffers: receive-and-reduce, copies between processes */
+  MEM_SCRATCH,  /* the plans' scratch buffer (one per communicator, grown to the largest need) */
+  MEM_PLANS,    /* built plans: the plan cache and plans of running launches */
+  MEM_RECORDER, /* the flight recorder's slots (LOOM_RECORDER_SIZE, recorder.h) */
   MEM_USES
 };
 

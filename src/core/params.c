@@ -220,6 +220,11 @@ static int check_ifname(const char* v, char* why, size_t len) {
   return 0;
 }
 
+static int check_signal(const char* v, char* why, size_t len) {
+  static const char* const names[] = {"", "USR1", "USR2", "SIGUSR1", "SIGUSR2", NULL};
+  return one_of(v, names, why, len);
+}
+
 static const struct {
   const char* env;
   str_check_fn check;
@@ -238,6 +243,7 @@ static const struct {
     {"LOOM_CPU_KERNEL", check_cpu_kernel, "auto, avx512, avx2 or scalar"},
     {"LOOM_FAULT", check_fault, "a comma list of point:rank, e.g. init:2,allreduce:1"},
     {"LOOM_SECRET", check_secret, "1 to 16 hex digits"},
+    {"LOOM_DUMP_SIGNAL", check_signal, "USR1 or USR2, or empty"},
 };
 #define NSTR ((int)(sizeof(str_rows) / sizeof(str_rows[0])))
 

@@ -85,15 +85,16 @@ TEST_P(MemStat, MadeWhenFirstNeededAndAllReleased) {
       n, mode,
       [mode, tp](Ctx& c) {
         mem_snapshot s = Snap(c.comm);
-        // After init: the rank segment (processes) and the tables, nothing
-        // for any peer.
+        // After init: the rank segment, the tables and the flight recorder,
+        // nothing for any peer.
         EXPECT_EQ(s.peers_held, 0) << "rank " << c.rank << " connected before a call";
         for (int u : {MEM_FIFO, MEM_STAGING, MEM_SCRATCH, MEM_PLANS}) EXPECT_EQ(s.now[u], 0u) << u;
         EXPECT_GT(s.now[MEM_CONN], 0u);
         if (mode == Mode::Proc) {
           EXPECT_EQ(s.now[MEM_RANKSEG] % 4096, 0u);
         }
-        EXPECT_EQ(s.total, s.now[MEM_RANKSEG] + s.now[MEM_CONN]);
+        EXPECT_GT(s.now[MEM_RECORDER], 0u) << "the flight recorder, on by default";
+        EXPECT_EQ(s.total, s.now[MEM_RANKSEG] + s.now[MEM_CONN] + s.now[MEM_RECORDER]);
 
         OneOfEach(c, 10000);
         s = Snap(c.comm);
