@@ -100,6 +100,8 @@ const Bad kBad[] = {
     {"LOOM_TOPO_FILE", "/nonexistent/loom.topo", "/nonexistent/loom.topo: cannot open"},
     {"LOOM_SECRET", "xyz", "hex digits"},
     {"LOOM_FAULT", "allreduce", "not point:rank"},
+    {"LOOM_RECORDER_SIZE", "-1", "smallest"},
+    {"LOOM_DUMP_SIGNAL", "KILL", "not one of the accepted words"},
 };
 INSTANTIATE_TEST_SUITE_P(Values, BadSetting, ::testing::ValuesIn(kBad), BadName);
 

@@ -66,6 +66,39 @@ t_dead() {
     "error names them"
 }
 t_stop() { expect stop "rank(s) 2 hold the others back in collective" "#3" "no record from them"; }
+# LOOM_DUMP_SIGNAL: rank 2 stops itself; long before any timeout the others get SIGUSR1 and
+# write their records at once, still waiting.
+t_signal() {
+  local dir="$TMP/signal" r end
+  mkdir -p "$dir"
+  PIDS=()
+  for r in 0 1 2 3; do
+    LOOM_DUMP_DIR="$dir" LOOM_DUMP_SIGNAL=USR1 LOOM_TIMEOUT_MS=60000 timeout -k 2 60 \
+      "$RANK" "$r" 4 "$dir/id" stop >"$dir/r$r.out" 2>&1 &
+    PIDS[r]=$!
+  done
+  end=$((SECONDS + 20))
+  until [ "$(ps -o stat= -p "$(pgrep -P "${PIDS[2]}" | head -1)" 2>/dev/null | cut -c1)" = T ]; do
+    [ $SECONDS -ge $end ] && { why="rank 2 never stopped"; return 1; }
+    sleep 0.1
+  done
+  sleep 1 # the others reach their wait in collective #3
+  for r in 0 1 3; do pkill -USR1 -P "${PIDS[r]}"; done
+  while [ "$(ls "$dir"/loom-rec-*.json 2>/dev/null | wc -l)" -lt 3 ] && [ $SECONDS -lt $end ]; do
+    sleep 0.1
+  done
+  # Copied before the ranks go: their failure then writes the records again.
+  mkdir -p "$TMP/signal.rec"
+  cp "$dir"/loom-rec-*.json "$TMP/signal.rec/"
+  for r in 0 1 2 3; do pkill -KILL -P "${PIDS[r]}"; done
+  for r in 0 1 2 3; do wait "${PIDS[r]}" 2>/dev/null; done
+  timeout 30 "$INFO" --hang "$TMP/signal.rec" >"$TMP/signal.out" 2>&1 ||
+    { why="exit $?: $(cat "$TMP/signal.out")"; return 1; }
+  grep -q "^diagnosis: rank(s) 2 hold the others back in collective" "$TMP/signal.out" ||
+    { why="$(cat "$TMP/signal.out")"; return 1; }
+  [ "$(grep -c "): signal USR1$" "$TMP/signal.out")" = 3 ] || { why="not 3 records by the signal: $(cat "$TMP/signal.out")"; return 1; }
+}
+
 t_none() {
   expect none "no divergence found" || return 1
   [ "$(ls "$TMP/none"/loom-rec-*.json | wc -l)" = 4 ] || { why="not 4 records"; return 1; }
@@ -96,6 +129,7 @@ run_case "a rank with another datatype of the same size" t_dtype
 run_case "a rank with another root" t_root
 run_case "a dead rank (SIGKILL)" t_dead
 run_case "a rank stuck in its own code (SIGSTOP)" t_stop
+run_case "LOOM_DUMP_SIGNAL: records while the ranks still wait" t_signal
 run_case "no fault: no one is named" t_none
 run_case "a damaged record is named, the rest diagnosed" t_damaged
 run_case "an empty directory is an error" t_empty
