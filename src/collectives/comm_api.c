@@ -138,7 +138,6 @@ static loomResult_t init_body(struct loom_comm* comm, const struct boot_id* id) 
   LOOM_CHECK(comm_settings_check(comm));
   LOOM_CHECK(tp_comm_init(comm));
   LOOM_CHECK(coll_comm_init(comm));
-  LOOM_CHECK(recorder_create(comm, &comm->rec));
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   fault_point("initdone", comm->rank);
   LOOM_CHECK(boot_barrier_init_done(comm, &dl));
@@ -149,6 +148,7 @@ static loomResult_t init_body(struct loom_comm* comm, const struct boot_id* id) 
   LOOM_INFO(SUB_INIT, "rank %d of %d ready (comm %016llx%s%s)", comm->rank, comm->nranks,
             (unsigned long long)comm->comm_hash, comm->name[0] ? ", " : "", comm->name);
   memstat_log(comm, "after init");
+  recorder_publish(comm);
   return loomSuccess;
 }
 
@@ -159,7 +159,6 @@ static void comm_teardown(struct loom_comm* comm, int clean) {
   if (comm->coll) reg_comm_fini(comm); /* deregistered while the transports are up */
   tp_comm_fini(comm);
   coll_comm_fini(comm);
-  recorder_destroy(comm);
   comm_free(comm);
 }
 

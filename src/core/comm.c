@@ -39,7 +39,13 @@ loomResult_t comm_alloc(int nranks, int rank, const loomConfig_t* config, struct
     free(c);
     return err_set(NULL, loomSystemError, "out of memory allocating a communicator");
   }
+  if (recorder_create(c, &c->rec) != loomSuccess) {
+    memstat_fini(c);
+    free(c);
+    return loomSystemError;
+  }
   if (handle_new(HANDLE_COMM, c, &c->handle) != loomSuccess) {
+    recorder_destroy(c);
     memstat_fini(c);
     free(c);
     return loomSystemError;
@@ -133,6 +139,7 @@ void comm_free(struct loom_comm* comm) {
   pthread_mutex_unlock(&forming_lock);
   if (comm->handle) handle_end(comm->handle, HANDLE_COMM);
   free(comm->peers);
+  recorder_destroy(comm);
   memstat_fini(comm);
   pthread_mutex_destroy(&comm->err_lock);
   pthread_mutex_destroy(&comm->state_lock);

@@ -61,7 +61,7 @@ static void live_add(struct recorder* r) {
 }
 
 static void live_remove(struct recorder* r) {
-  pthread_mutex_lock(&live_lock);
+  pthread_mutex_lock(&live_lock); /* never added: nothing found */
   for (struct recorder** p = &live_head; *p; p = &(*p)->next_live)
     if (*p == r) {
       *p = r->next_live;
@@ -83,9 +83,12 @@ loomResult_t recorder_create(struct loom_comm* comm, struct recorder** out) {
   r->size = (uint32_t)n;
   r->bytes = bytes;
   memstat_add(comm, MEM_RECORDER, -1, bytes);
-  live_add(r);
   *out = r;
   return loomSuccess;
+}
+
+void recorder_publish(struct loom_comm* comm) {
+  if (comm->rec) live_add(comm->rec);
 }
 
 void recorder_destroy(struct loom_comm* comm) {
@@ -237,8 +240,8 @@ static void write_slot(FILE* f, const struct rec_slot* s, uint64_t id) {
 }
 
 /* Writes the file (a temporary, renamed over it). 0 or an errno value. */
-static int dump_write(struct loom_comm* comm, const char* dir, const char* reason) {
-  struct recorder* r = comm->rec;
+static int dump_write(struct recorder* r, const char* dir, const char* reason) {
+  struct loom_comm* comm = r->comm;
   char name[96], path[4096], tmp[4200];
   recorder_file_name(comm->comm_hash, comm->rank, name, sizeof(name));
   snprintf(path, sizeof(path), "%s/%s", dir, name);
@@ -278,10 +281,11 @@ static int dump_write(struct loom_comm* comm, const char* dir, const char* reaso
   return e;
 }
 
-static void dump_now(struct loom_comm* comm, const char* reason) {
+static void dump_now(struct recorder* r, const char* reason) {
+  struct loom_comm* comm = r->comm;
   const char* dir = params_get()->dump_dir;
-  if (!comm->rec || !dir || !*dir) return;
-  int e = dump_write(comm, dir, reason);
+  if (!dir || !*dir) return;
+  int e = dump_write(r, dir, reason);
   if (e)
     LOOM_WARN(SUB_INIT, "rank %d: cannot write the flight record to %s: %s", comm->rank, dir,
               strerror(e));
@@ -291,7 +295,7 @@ static void dump_now(struct loom_comm* comm, const char* reason) {
 
 void recorder_dump(struct loom_comm* comm, const char* reason) {
   if (!comm->rec || atomic_exchange(&comm->rec->dumped, 1)) return;
-  dump_now(comm, reason);
+  dump_now(comm->rec, reason);
 }
 
 /* ---- LOOM_DUMP_SIGNAL ----------------------------------------------------------- */
@@ -316,7 +320,7 @@ static void* signal_thread(void* arg) {
     char reason[64];
     snprintf(reason, sizeof(reason), "signal %s", params_get()->dump_signal);
     pthread_mutex_lock(&live_lock);
-    for (struct recorder* r = live_head; r; r = r->next_live) dump_now(r->comm, reason);
+    for (struct recorder* r = live_head; r; r = r->next_live) dump_now(r, reason);
     pthread_mutex_unlock(&live_lock);
   }
 }

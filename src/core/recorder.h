@@ -35,10 +35,12 @@ struct rec_call {
   uint64_t stream; /* the stream's handle, 0: none */
 };
 
-/* The recorder of comm (LOOM_RECORDER_SIZE slots, counted in memstat): loomSuccess with *out
- * NULL when the size is 0. */
+/* The recorder of comm (LOOM_RECORDER_SIZE slots, counted in memstat), made with the
+ * communicator before any thread can see it: loomSuccess with *out NULL when the size is 0. */
 loomResult_t recorder_create(struct loom_comm* comm, struct recorder** out);
-/* Unregisters (no dump after this returns) and frees. */
+/* comm's init is done: a signal may write its record from now on. */
+void recorder_publish(struct loom_comm* comm);
+/* Unregisters (no signal's dump after this returns) and frees. */
 void recorder_destroy(struct loom_comm* comm);
 /* A call was enqueued: its record's id (nonzero), or 0 with no recorder. Any thread; calls on
  * one communicator are numbered in the order of this call (its collectives apart from its
