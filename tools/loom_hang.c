@@ -620,7 +620,11 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
     int x = r, steps = 0;
     while (x >= 0 && waits[x] >= 0 && steps <= nranks) x = waits[x], steps++;
     if (steps <= nranks) continue; /* the chain ended */
-    int at = 0, start = x;
+    int start = x;                 /* x is on the cycle: name it from its lowest rank */
+    for (int y = waits[x]; y != x; y = waits[y])
+      if (y < start) start = y;
+    x = start;
+    int at = 0;
     list[0] = 0;
     do {
       if (at >= 0 && (size_t)at < sizeof(list))
