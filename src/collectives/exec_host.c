@@ -693,10 +693,7 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
   }
   if (h->started)
     for (int i = 0; i < h->nruns; i++)
-      if (!h->runs[i].done) {
-        if (h->spin == 0) run_rec_wait(&h->runs[i]); /* once each time it stalls */
-        LOOM_CHECK(run_check(&h->runs[i]));
-      }
+      if (!h->runs[i].done) LOOM_CHECK(run_check(&h->runs[i]));
   if (h->spin < h->spin_max) {
     h->spin++;
     cpu_relax();
@@ -707,7 +704,14 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
    * and a yield hands it the core at once where a sleep and a futex
    * wake-up cost several microseconds on each side. */
   uint64_t now = time_now_ns();
-  if (h->yield_end == 0) h->yield_end = now + h->yield_ns;
+  if (h->yield_end == 0) {
+    h->yield_end = now + h->yield_ns;
+    /* A wait longer than a spin: what it waits on goes into the flight records (once per
+     * wait; the spins of a fast path never pay for it). */
+    if (h->started)
+      for (int i = 0; i < h->nruns; i++)
+        if (!h->runs[i].done) run_rec_wait(&h->runs[i]);
+  }
   if (now < h->yield_end) {
     sched_yield();
     return loomSuccess;
