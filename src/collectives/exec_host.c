@@ -204,9 +204,6 @@ static loomResult_t run_build(struct comm_run* run) {
   return loomSuccess;
 }
 
-/* Starts the next unit of run: its buffers, and what a direct plan
- * publishes (at run time: the previous direct plan ended with a sync that
- * every peer passed, so none still reads what was published for it). */
 /* The flight records of a unit's tasks: it started; it ended with r. */
 static void unit_rec_start(struct comm_run* run, const struct unit* u) {
   for (int k = 0; k < u->ntasks; k++)
@@ -217,6 +214,9 @@ static void unit_rec_end(struct comm_run* run, const struct unit* u, loomResult_
   for (int k = 0; k < u->ntasks; k++) recorder_end(run->comm->rec, u->t[k].rec, r);
 }
 
+/* Starts the next unit of run: its buffers, and what a direct plan
+ * publishes (at run time: the previous direct plan ended with a sync that
+ * every peer passed, so none still reads what was published for it). */
 static loomResult_t exec_start(struct comm_run* run) {
   struct exec* e = &run->ex;
   struct unit* u = &run->units[run->next++];
