@@ -43,6 +43,7 @@ if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then exit 0; fi
 # Sanitizers over the unit tests and a covering part of the multi-rank tests. These trees build
 # only what their labels run (perf tools and examples are built and run by the main pass).
 targets="loom_unit_tests loom_mp_tests loom_mp_boot_tests loom_parallel_tests loom_nccl nccl_abi nccl_ranks"
+for f in boot_wire sock_wire unique_id settings files record; do targets+=" fuzz_${f}_replay"; done
 build_and_test build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address,undefined -- -L "unit|sanity"
 build_and_test build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -- -L "tsan|sanity"
 echo "=== valgrind: the fast unit tests and thread-rank multi-rank tests"

@@ -287,13 +287,21 @@ static loomResult_t join_rendezvous(struct bootstrap* b, const struct peer_info*
 
 /* ---- Entry ------------------------------------------------------------------ */
 
+int boot_id_check(const struct boot_id* id, char* why, size_t len) {
+  if (id->magic == BOOT_ID_MAGIC && id->version == BOOT_WIRE_VERSION &&
+      (id->family == AF_INET || id->family == AF_INET6))
+    return 0;
+  snprintf(why, len,
+           "the unique id is not valid (magic 0x%08x, version %u, family %u): was it made by "
+           "loomGetUniqueId?",
+           id->magic, id->version, id->family);
+  return -1;
+}
+
 static loomResult_t id_check(struct loom_comm* comm, const struct boot_id* id) {
-  if (id->magic != BOOT_ID_MAGIC || id->version != BOOT_WIRE_VERSION ||
-      (id->family != AF_INET && id->family != AF_INET6))
-    return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
-                       "bootstrap: the unique id is not valid (magic 0x%08x, version %u, family "
-                       "%u): was it made by loomGetUniqueId?",
-                       id->magic, id->version, id->family);
+  char why[200];
+  if (boot_id_check(id, why, sizeof(why)) != 0)
+    return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument, "bootstrap: %s", why);
   if (comm->nranks < 1 || comm->rank < 0 || comm->rank >= comm->nranks)
     return err_set_sub(comm, SUB_BOOTSTRAP, loomInvalidArgument,
                        "bootstrap: rank %d out of range for %d ranks", comm->rank, comm->nranks);

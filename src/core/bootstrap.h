@@ -147,6 +147,9 @@ int boot_tree_children(int rank, int nranks, int* out, int cap);
  * id made here on that interface shares (opened by the first, closed when no
  * id made here waits for its rank 0 any more). Thread-safe. */
 loomResult_t boot_id_create(struct boot_id* id_out);
+/* 0 when id can be a unique id of this build (magic, version, an address family);
+ * otherwise -1 with why. Pure (the fuzz harness calls it on outside input). */
+int boot_id_check(const struct boot_id* id, char* why, size_t len);
 /* Makes an id from "host:port" and a secret (loomCommInitFromEnv). With
  * listen != 0 (rank 0) also opens a listening socket for it on that address
  * (on the wildcard address when host is not local, e.g. behind NAT).

@@ -63,6 +63,13 @@ static int split_hostport(const char* text, char* host, size_t host_len, const c
   return 0;
 }
 
+int sock_hostport_split(const char* text, char* host, size_t host_len, int* port_out,
+                        int* bracketed_out) {
+  const char* port_text;
+  if (split_hostport(text, host, host_len, &port_text, bracketed_out) != 0) return -1;
+  return parse_port(port_text, port_out);
+}
+
 loomResult_t sock_addr_parse(const char* hostport, union sock_addr* addr_out) {
   char host[256];
   const char* port_text;

@@ -37,6 +37,11 @@ union sock_addr {
  * IPv6). The port must be 1..65535. Logs and returns loomInvalidArgument on
  * bad text or an unresolvable host. Blocks only in name resolution. */
 loomResult_t sock_addr_parse(const char* hostport, union sock_addr* addr_out);
+/* The syntax of host:port and [ipv6]:port, without resolving: 0 with the host (NUL-terminated,
+ * at most host_len - 1 bytes), the port (1..65535) and whether the host was bracketed; -1 when
+ * text is not such an address. Pure (the fuzz harness calls it on outside input). */
+int sock_hostport_split(const char* text, char* host, size_t host_len, int* port_out,
+                        int* bracketed_out);
 /* The length to pass to bind/connect for this address's family. */
 socklen_t sock_addr_len(const union sock_addr* addr);
 /* "10.0.0.1:29500" or "[fd00::2]:29500"; returns buf. Never fails. */

@@ -141,10 +141,7 @@ void tune_calibrate(struct tune_consts* out) {
   free(c);
 }
 
-/* need_cma: the line cma_gbps must be there (the cache: an older cache lacks
- * it and is measured again). A tuning file may leave it out: then direct
- * plans are costed with the copy bandwidth. */
-static int consts_load(const char* path, struct tune_consts* k, int need_cma) {
+int tune_consts_read(const char* path, struct tune_consts* k, int need_cma) {
   FILE* f = fopen(path, "r");
   if (!f) return -1;
   char key[64];
@@ -154,7 +151,7 @@ static int consts_load(const char* path, struct tune_consts* k, int need_cma) {
     if (strcmp(key, "step_us") == 0) k->step_us = v, seen |= 1;
     if (strcmp(key, "copy_gbps") == 0) k->copy_gbps = v, seen |= 2;
     if (strcmp(key, "reduce_gbps") == 0) k->reduce_gbps = v, seen |= 4;
-    if (strcmp(key, "ncpus") == 0) k->ncpus = (int)v, seen |= 8;
+    if (strcmp(key, "ncpus") == 0) k->ncpus = v >= 1 && v <= 1e6 ? (int)v : 0, seen |= 8;
     if (strcmp(key, "cma_gbps") == 0) k->cma_gbps = v, seen |= 16; /* 0: not allowed here */
     if (strcmp(key, "cma_us") == 0) k->cma_us = v;
     if (strcmp(key, "net_gbps") == 0 && v > 0) k->net_gbps = v;
@@ -199,7 +196,7 @@ static void consts_save(const struct tune_consts* k) {
 static void consts_find(void) {
   const char* file = params_get()->tuning_file;
   if (file && *file) {
-    if (consts_load(file, &consts_now, 0) == 0) {
+    if (tune_consts_read(file, &consts_now, 0) == 0) {
       LOOM_INFO(SUB_TUNE, "tuning constants from %s", file);
       return;
     }
@@ -208,7 +205,7 @@ static void consts_find(void) {
   char dir[400], path[512];
   cache_path(dir, sizeof(dir));
   snprintf(path, sizeof(path), "%s/tuning-%016llx.txt", dir, (unsigned long long)host_id_get());
-  if (consts_load(path, &consts_now, 1) == 0) {
+  if (tune_consts_read(path, &consts_now, 1) == 0) {
     LOOM_INFO(SUB_TUNE, "tuning constants from the cache %s", path);
     return;
   }

@@ -69,6 +69,11 @@ struct tune_consts {
  * calibration (about 100 ms, then cached). Thread safe; never fails (falls
  * back to built-in values with an INFO line). */
 const struct tune_consts* tune_consts_get(void);
+/* Reads a tuning file (LOOM_TUNING_FILE, or the cache) into k: lines of key and value;
+ * need_cma: the line cma_gbps must be there (the cache: an older cache lacks it and is measured
+ * again; a tuning file may leave it out, and direct plans are then costed with the copy
+ * bandwidth). 0, or -1 when the file is missing, short or out of range. */
+int tune_consts_read(const char* path, struct tune_consts* k, int need_cma);
 /* Measures the constants now (for loom_info and tests). */
 void tune_calibrate(struct tune_consts* out);
 

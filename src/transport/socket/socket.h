@@ -209,6 +209,17 @@ void sock_wake_rank(struct sock_comm* sc);
 void sock_conn_kick(struct sock_conn* c);
 /* Frees a connection nobody references any more. */
 void sock_conn_free(struct sock_conn* c);
+
+/* The wire checks, pure (the fuzz harnesses call them on outside input). Each returns NULL or
+ * why the header cannot be taken. A hello arriving at rank self of a communicator (buf holds
+ * a formatted reason); a frame header by itself, head being the first message not retired; a
+ * frame against its message so far (nframes: 0 until a frame said it; reduce_esize: the
+ * element size of a receive that reduces, else 0). */
+const char* sock_hello_problem(const struct sock_hello* h, uint64_t secret, uint64_t comm_hash,
+                               int nranks, int self, char* buf, size_t len);
+const char* sock_frame_problem(const struct sock_frame* f, uint64_t head);
+const char* sock_frame_mismatch(const struct sock_frame* f, uint32_t nframes, uint32_t frames_done,
+                                size_t reduce_esize);
 /* The bounce buffer of a stream whose receives reduce (made on the first such receive). */
 #define SOCK_BOUNCE_MAX (256u << 10)
 static inline size_t sock_bounce_bytes(const struct sock_conn* c) {

@@ -68,23 +68,21 @@ static void pending_drop(struct sock_comm* sc, struct sock_pending* p, const cha
   free(p);
 }
 
-/* Why a hello is not for us, or NULL. */
-static const char* hello_problem(const struct sock_comm* sc, const struct sock_hello* h, char* buf,
-                                 size_t len) {
-  const struct loom_comm* comm = sc->comm;
+const char* sock_hello_problem(const struct sock_hello* h, uint64_t secret, uint64_t comm_hash,
+                               int nranks, int self, char* buf, size_t len) {
   if (h->magic != SOCK_HELLO_MAGIC) return "not a Loom socket hello (garbage, or another program)";
   if (h->version != SOCK_WIRE_VERSION || h->bytes != sizeof(*h)) {
     snprintf(buf, len, "wire version %u (%u bytes); this rank speaks version %u", h->version,
              h->bytes, SOCK_WIRE_VERSION);
     return buf;
   }
-  if (h->secret != sc->secret) return "wrong secret";
-  if (h->comm_hash != comm->comm_hash) return "it belongs to another communicator";
-  if (h->src < 0 || h->src >= comm->nranks) {
-    snprintf(buf, len, "unknown rank %d (the communicator has %d)", h->src, comm->nranks);
+  if (h->secret != secret) return "wrong secret";
+  if (h->comm_hash != comm_hash) return "it belongs to another communicator";
+  if (h->src < 0 || h->src >= nranks) {
+    snprintf(buf, len, "unknown rank %d (the communicator has %d)", h->src, nranks);
     return buf;
   }
-  if (h->dst != comm->rank) {
+  if (h->dst != self) {
     snprintf(buf, len, "rank %d meant to reach rank %d, not this one", h->src, h->dst);
     return buf;
   }
@@ -141,7 +139,8 @@ static const char* stream_attach(struct sock_comm* sc, struct sock_conn* c, stru
 /* A complete hello: check it, then attach or park. */
 static void hello_done(struct sock_comm* sc, struct sock_pending* p) {
   char buf[160];
-  const char* why = hello_problem(sc, &p->hello, buf, sizeof(buf));
+  const char* why = sock_hello_problem(&p->hello, sc->secret, sc->comm->comm_hash, sc->comm->nranks,
+                                       sc->comm->rank, buf, sizeof(buf));
   if (why != NULL) {
     pending_drop(sc, p, why);
     return;

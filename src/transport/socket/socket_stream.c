@@ -143,15 +143,28 @@ static int frame_bad(struct sock_conn* c, const char* what) {
   return 0;
 }
 
+const char* sock_frame_problem(const struct sock_frame* f, uint64_t head) {
+  if (f->magic != SOCK_FRAME_MAGIC) return "bad magic";
+  if (f->seq < head || f->seq - head > (1u << 30)) return "unexpected message number";
+  if (f->nframes == 0 || f->len > f->msg_bytes || f->offset > f->msg_bytes - f->len)
+    return "bad bounds";
+  return NULL;
+}
+
+const char* sock_frame_mismatch(const struct sock_frame* f, uint32_t nframes, uint32_t frames_done,
+                                size_t reduce_esize) {
+  if ((nframes != 0 && nframes != f->nframes) || frames_done >= f->nframes)
+    return "frame count differs between frames of one message";
+  if (reduce_esize && (f->offset % reduce_esize != 0 || f->len % reduce_esize != 0))
+    return "a frame of a reduction splits an element";
+  return NULL;
+}
+
 /* The header alone: returns 0 (and breaks c) if it cannot be a frame of
  * this connection. */
 static int frame_sane(struct sock_conn* c, const struct sock_frame* f) {
-  if (f->magic != SOCK_FRAME_MAGIC) return frame_bad(c, "bad magic");
-  if (f->seq < c->head || f->seq - c->head > (1u << 30))
-    return frame_bad(c, "unexpected message number");
-  if (f->nframes == 0 || f->len > f->msg_bytes || f->offset > f->msg_bytes - f->len)
-    return frame_bad(c, "bad bounds");
-  return 1;
+  const char* why = sock_frame_problem(f, c->head);
+  return why ? frame_bad(c, why) : 1;
 }
 
 /* The header against the receive posted for its message. */
@@ -164,12 +177,10 @@ static int frame_matches(struct sock_conn* c, const struct sock_frame* f, struct
                     c->base.peer, (unsigned long long)f->msg_bytes, x->bytes);
     return 0;
   }
+  const char* why =
+      sock_frame_mismatch(f, m->nframes, m->frames_done, x->reduce ? dtype_size(x->dtype) : 0);
+  if (why) return frame_bad(c, why);
   if (m->nframes == 0) m->nframes = f->nframes;
-  if (m->nframes != f->nframes || m->frames_done >= m->nframes)
-    return frame_bad(c, "frame count differs between frames of one message");
-  size_t es = dtype_size(x->dtype);
-  if (x->reduce && (f->offset % es != 0 || f->len % es != 0))
-    return frame_bad(c, "a frame of a reduction splits an element");
   return 1;
 }
 
