@@ -1,8 +1,8 @@
 /* The files a user points Loom at: a tuning file (LOOM_TUNING_FILE) and a topology file
  * (LOOM_TOPO_FILE), read through a memory file holding the input. The first byte picks. */
+#include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <stdio.h>
 
 #include "fuzz.h"
 #include "topo/topo.h"
