@@ -186,11 +186,14 @@ static int print_topo(void) {
 /* ---- --memory ------------------------------------------------------------------ */
 
 /* One rank's counts, as every rank sends them to rank 0 (plain integers). */
+#define MEM_PEERS_SHOWN 16 /* communicators this small also get a line per rank and peer */
+
 struct mem_row {
   uint64_t init_total;                    /* right after init */
   uint64_t now[MEM_USES], peak[MEM_USES]; /* after the calls */
   uint64_t total, peak_total, peer_max;
   int64_t peers_held;
+  uint64_t peer[MEM_PEERS_SHOWN]; /* held for each peer (FIFOs, connections, staging) */
 };
 
 struct mem_job {
@@ -252,6 +255,16 @@ static void mem_print(const struct mem_job* job, int nranks, const struct mem_ro
   for (int r = 0; r < nranks; r++) sum += rows[r].total;
   mem_text(sum, b, sizeof(b));
   printf("all ranks together: %s (%llu bytes)\n", b, (unsigned long long)sum);
+  if (nranks > MEM_PEERS_SHOWN) return;
+  printf("held for each peer (FIFOs this rank sends on, connections, staging):\n");
+  for (int r = 0; r < nranks; r++) {
+    printf("  rank %d:", r);
+    for (int p = 0; p < nranks; p++) {
+      mem_text(rows[r].peer[p], b, sizeof(b));
+      printf("%s %d: %s", p ? "," : "", p, b);
+    }
+    printf("\n");
+  }
 }
 
 /* One rank: init, the calls, the counts to rank 0, destroy. */
@@ -304,6 +317,8 @@ static void* mem_rank(void* arg) {
   row.peak_total = s.peak_total;
   row.peer_max = s.peer_max;
   row.peers_held = s.peers_held;
+  for (int p = 0; p < n && p < MEM_PEERS_SHOWN; p++)
+    row.peer[p] = atomic_load_explicit(&c->mem.peer[p], memory_order_relaxed);
   MEM_CHECK(loomAllGather(&row, rows, sizeof(row), loomUint8, comm, NULL));
   if (me == 0) mem_print(job, n, rows);
   MEM_CHECK(loomCommFinalize(comm));

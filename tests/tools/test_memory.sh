@@ -45,6 +45,10 @@ t_processes() {
     case "$fifo" in
       "0 B" | "") why="rank $r has no FIFO after the calls: '$fifo'"; return 1 ;;
     esac
+    # Its line per peer: nothing for itself, something for its ring neighbours.
+    grep -q "^  rank $r: .*$r: 0 B" "$TMP/out" || { why="no line per peer for rank $r"; return 1; }
+    grep "^  rank $r:" "$TMP/out" | grep -q " $(((r + 1) % 4)): [1-9]" ||
+      { why="rank $r holds nothing for rank $(((r + 1) % 4))"; return 1; }
   done
 }
 
