@@ -434,19 +434,39 @@ static void rank_list(const int* mark, int n, int want, char* buf, size_t len) {
     if (mark[r] == want) at += snprintf(buf + at, len - (size_t)at, "%s%d", at ? "," : "", r);
 }
 
-/* The collective numbered seq in rank r's record, or NULL. */
-static const struct hang_op* coll_at(const struct hang_rank* r, long long seq) {
-  for (int i = 0; i < r->nops; i++)
-    if (!r->ops[i].p2p && r->ops[i].seq == seq) return &r->ops[i];
-  return NULL;
+/* Orders a record's operations: collectives by number, then point-to-point calls, each by call. */
+static int op_order(const void* a, const void* b) {
+  const struct hang_op *x = a, *y = b;
+  if (x->p2p != y->p2p) return x->p2p - y->p2p;
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  return x->call < y->call ? -1 : x->call > y->call;
 }
 
-/* The first pending operation of r (collective or not), or NULL. */
+/* The collective numbered seq in r's record (sorted by op_order), or NULL. */
+static const struct hang_op* coll_at(const struct hang_rank* r, long long seq) {
+  int lo = 0, hi = r->nops; /* the first collective with a number >= seq */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    const struct hang_op* o = &r->ops[mid];
+    if (!o->p2p && o->seq < seq)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < r->nops && !r->ops[lo].p2p && r->ops[lo].seq == seq ? &r->ops[lo] : NULL;
+}
+
+/* The first pending operation of r (collective or not, by call), or NULL. */
 static const struct hang_op* first_pending(const struct hang_rank* r) {
   const struct hang_op* best = NULL;
   for (int i = 0; i < r->nops; i++)
     if (is_pending(&r->ops[i]) && (!best || r->ops[i].call < best->call)) best = &r->ops[i];
   return best;
+}
+
+static int ll_order(const void* a, const void* b) {
+  long long x = *(const long long*)a, y = *(const long long*)b;
+  return x < y ? -1 : x > y;
 }
 
 static void op_name(const struct hang_op* o, char* buf, size_t len) {
@@ -458,47 +478,63 @@ static void op_name(const struct hang_op* o, char* buf, size_t len) {
     snprintf(buf, len, "collective #%lld (%s)", o->seq, sig);
 }
 
-/* Diagnoses the records rr[0..n) of one communicator (rank order, NULL where missing). */
+/* Diagnoses the records rr[0..nranks) of one communicator (rank order, NULL where missing).
+ * Every loop runs over the recorded ranks and the collective numbers they recorded, never over
+ * a range a record could make as large as it likes. */
 static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
-  const struct hang_rank* any = NULL;
-  int present = 0;
+  int npr = 0, nseq = 0;
+  size_t total = 0;
   for (int r = 0; r < nranks; r++)
-    if (rr[r]) any = rr[r], present++;
+    if (rr[r]) npr++, total += (size_t)rr[r]->nops;
+  int* pr = calloc((size_t)npr + 1, sizeof(int)); /* the recorded ranks */
+  const struct hang_op** pend = calloc((size_t)npr + 1, sizeof(*pend));
+  long long* seqs = calloc(total + 1, sizeof(long long));
   int* mark = calloc((size_t)nranks, sizeof(int));
   int* mark2 = calloc((size_t)nranks, sizeof(int));
-  if (!mark || !mark2) {
-    free(mark);
-    free(mark2);
+  int* waits = calloc((size_t)nranks, sizeof(int));
+  if (!pr || !pend || !seqs || !mark || !mark2 || !waits) {
     fprintf(out, "out of memory\n");
-    return;
+    goto out;
   }
-  char list[512], list2[512], a[160], b[160];
-  fprintf(out, "communicator %s%s%s%s: %d ranks, records from %d\n", any->comm,
-          any->name[0] ? " (\"" : "", any->name, any->name[0] ? "\")" : "", nranks, present);
-  for (int r = 0; r < nranks; r++) mark[r] = rr[r] != NULL;
-  rank_list(mark, nranks, 0, list, sizeof(list));
-  if (present < nranks) fprintf(out, "  no record from rank(s) %s\n", list);
-  for (int r = 0; r < nranks; r++)
-    if (rr[r])
-      fprintf(out, "  rank %d (pid %d on %s, %d operations recorded): %s\n", r, rr[r]->pid,
-              rr[r]->host, rr[r]->nops, rr[r]->reason);
-
-  /* The last collective every recorded rank completed, and the highest any entered. */
-  long long done_all = -2, top = -1;
+  npr = 0;
   for (int r = 0; r < nranks; r++) {
     if (!rr[r]) continue;
+    qsort(rr[r]->ops, (size_t)rr[r]->nops, sizeof(*rr[r]->ops), op_order);
+    pend[npr] = first_pending(rr[r]);
+    pr[npr++] = r;
+    for (int i = 0; i < rr[r]->nops; i++)
+      if (!rr[r]->ops[i].p2p) seqs[nseq++] = rr[r]->ops[i].seq;
+  }
+  qsort(seqs, (size_t)nseq, sizeof(*seqs), ll_order);
+  int u = 0;
+  for (int i = 0; i < nseq; i++)
+    if (i == 0 || seqs[i] != seqs[i - 1]) seqs[u++] = seqs[i];
+  nseq = u;
+
+  const struct hang_rank* any = rr[pr[0]];
+  char list[512], list2[512], a[160], b[160];
+  fprintf(out, "communicator %s%s%s%s: %d ranks, records from %d\n", any->comm,
+          any->name[0] ? " (\"" : "", any->name, any->name[0] ? "\")" : "", nranks, npr);
+  for (int r = 0; r < nranks; r++) mark[r] = rr[r] != NULL;
+  rank_list(mark, nranks, 0, list, sizeof(list));
+  if (npr < nranks) fprintf(out, "  no record from rank(s) %s\n", list);
+  for (int i = 0; i < npr; i++) {
+    const struct hang_rank* h = rr[pr[i]];
+    fprintf(out, "  rank %d (pid %d on %s, %d operations recorded): %s\n", pr[i], h->pid, h->host,
+            h->nops, h->reason);
+  }
+
+  /* The last collective every recorded rank completed. */
+  long long done_all = -2;
+  for (int i = 0; i < npr; i++) {
     long long done = -1;
-    for (int i = 0; i < rr[r]->nops; i++) {
-      const struct hang_op* o = &rr[r]->ops[i];
-      if (o->p2p) continue;
-      if (o->seq > top) top = o->seq;
-      if (!strcmp(o->state, "done") && o->seq > done) done = o->seq;
-    }
+    const struct hang_rank* h = rr[pr[i]];
+    for (int k = 0; k < h->nops; k++)
+      if (!h->ops[k].p2p && !strcmp(h->ops[k].state, "done") && h->ops[k].seq > done)
+        done = h->ops[k].seq;
     if (done_all == -2 || done < done_all) done_all = done;
   }
-  const struct hang_op* last = NULL;
-  for (int r = 0; r < nranks && done_all >= 0 && !last; r++)
-    if (rr[r]) last = coll_at(rr[r], done_all);
+  const struct hang_op* last = done_all >= 0 ? coll_at(rr[pr[0]], done_all) : NULL;
   if (last) {
     op_name(last, a, sizeof(a));
     fprintf(out, "  last collective every recorded rank completed: %s\n", a);
@@ -510,20 +546,15 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
    * mismatch may complete, with wrong results), a collective some entered and others not after
    * the last one all completed. */
   char verdict[2048] = "";
-  long long from = top + 1;
-  for (int r = 0; r < nranks; r++)
-    for (int i = 0; rr[r] && i < rr[r]->nops; i++)
-      if (!rr[r]->ops[i].p2p && rr[r]->ops[i].seq < from) from = rr[r]->ops[i].seq;
-  for (long long s = from; s <= top && !verdict[0]; s++) {
+  for (int si = 0; si < nseq && !verdict[0]; si++) {
+    long long s = seqs[si];
     const struct hang_op* ref = NULL;
-    int entered = 0, missing = 0;
-    for (int r = 0; r < nranks; r++) {
-      mark[r] = -1;
-      if (!rr[r]) continue;
-      const struct hang_op* o = coll_at(rr[r], s);
-      mark[r] = o != NULL;
+    int entered = 0;
+    for (int r = 0; r < nranks; r++) mark[r] = mark2[r] = -1;
+    for (int i = 0; i < npr; i++) {
+      const struct hang_op* o = coll_at(rr[pr[i]], s);
+      mark[pr[i]] = o != NULL;
       entered += o != NULL;
-      missing += o == NULL;
       if (o && !ref) ref = o;
     }
     if (!ref) continue;
@@ -531,9 +562,8 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
     int groups = 0, best = -1, best_size = 0;
     const struct hang_op* gref[64];
     int gsize[64];
-    for (int r = 0; r < nranks; r++) {
-      mark2[r] = -1;
-      const struct hang_op* o = rr[r] ? coll_at(rr[r], s) : NULL;
+    for (int i = 0; i < npr; i++) {
+      const struct hang_op* o = coll_at(rr[pr[i]], s);
       if (!o) continue;
       int g = 0;
       for (; g < groups; g++) {
@@ -546,7 +576,7 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
       }
       if (g < groups) {
         gsize[g]++;
-        mark2[r] = g;
+        mark2[pr[i]] = g;
       }
     }
     if (groups > 1) {
@@ -554,6 +584,7 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
         if (best < 0 || gsize[g] > best_size) best = g, best_size = gsize[g];
       fprintf(out, "  collective #%lld was entered with different arguments:\n", s);
       int at = 0, first_odd = -1;
+      list2[0] = 0;
       for (int g = 0; g < groups; g++) {
         rank_list(mark2, nranks, g, list, sizeof(list));
         sig_text(gref[g], a, sizeof(a));
@@ -577,14 +608,12 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
     /* A rank without it that is still inside an earlier collective is behind, not at fault: the
      * waits below say on whom. One that has left every collective skipped it or is elsewhere. */
     int idle_missing = 0;
-    for (int r = 0; r < nranks; r++) {
-      if (mark[r] != 0) continue;
-      const struct hang_op* p = first_pending(rr[r]);
-      if (p && !p->p2p && p->seq < s) {
-        mark[r] = 2;
-      } else {
+    for (int i = 0; i < npr; i++) {
+      if (mark[pr[i]] != 0) continue;
+      if (pend[i] && !pend[i]->p2p && pend[i]->seq < s)
+        mark[pr[i]] = 2;
+      else
         idle_missing++;
-      }
     }
     if (entered && idle_missing && s > done_all) {
       rank_list(mark, nranks, 1, list, sizeof(list));
@@ -599,62 +628,63 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
   }
 
   /* Who waits on whom: each recorded rank's first pending operation. */
-  int* waits = mark; /* waits[r]: the peer r waits on, or -1 */
-  for (int r = 0; r < nranks; r++) {
-    waits[r] = -1;
-    const struct hang_op* o = rr[r] ? first_pending(rr[r]) : NULL;
+  for (int r = 0; r < nranks; r++) waits[r] = -1;
+  for (int i = 0; i < npr; i++) {
+    const struct hang_op* o = pend[i];
+    int r = pr[i];
     if (!o) continue;
     op_name(o, a, sizeof(a));
     if (o->wait_peer >= 0 && o->wait_peer < nranks) {
       waits[r] = (int)o->wait_peer;
-      fprintf(out, "  rank %d waits in %s, step %lld of %lld, on rank %lld (%s %lld bytes)\n", r, a,
-              o->step + 1, o->nsteps, o->wait_peer,
+      fprintf(out, "  rank %d waits in %s, step %lld of %lld, on rank %lld (%s %lld bytes)\n", r,
+              a, o->step + 1, o->nsteps, o->wait_peer,
               strcmp(o->wait_dir, "send") ? "receiving" : "sending", o->wait_bytes);
     } else {
       fprintf(out, "  rank %d is in %s (%s)\n", r, a, o->state);
     }
   }
-  /* Cycles, and the ranks at the end of the chains (waited on, waiting on nobody). */
-  int cycle_named = 0;
-  for (int r = 0; r < nranks && !cycle_named; r++) {
-    int x = r, steps = 0;
-    while (x >= 0 && waits[x] >= 0 && steps <= nranks) x = waits[x], steps++;
-    if (steps <= nranks) continue; /* the chain ended */
-    int start = x;                 /* x is on the cycle: name it from its lowest rank */
+  /* Cycles, and the ranks at the end of the chains (waited on, waiting on nobody). Only
+   * recorded ranks wait, so a chain longer than npr steps is a cycle. */
+  for (int i = 0; i < npr; i++) {
+    int x = pr[i], steps = 0;
+    while (waits[x] >= 0 && steps <= npr) x = waits[x], steps++;
+    if (steps <= npr) continue;
+    int start = x; /* x is on the cycle: name it from its lowest rank */
     for (int y = waits[x]; y != x; y = waits[y])
       if (y < start) start = y;
-    x = start;
     int at = 0;
     list[0] = 0;
+    x = start;
     do {
       if (at >= 0 && (size_t)at < sizeof(list))
         at += snprintf(list + at, sizeof(list) - (size_t)at, "%d -> ", x);
       x = waits[x];
-    } while (x != start && x >= 0);
+    } while (x != start);
     fprintf(out, "  cycle: %s%d (each waits for the next: calls in different orders?)\n", list,
             start);
-    cycle_named = 1;
+    break;
   }
-  int* held = mark2; /* held[r]: r is waited on and waits on nobody */
-  for (int r = 0; r < nranks; r++) held[r] = 0;
-  for (int r = 0; r < nranks; r++) {
-    int x = r, steps = 0;
-    while (waits[x] >= 0 && steps <= nranks) x = waits[x], steps++;
-    if (x != r && steps <= nranks) held[x] = 1;
+  for (int r = 0; r < nranks; r++) mark2[r] = 0; /* held: waited on, waiting on nobody */
+  for (int i = 0; i < npr; i++) {
+    int x = pr[i], steps = 0;
+    while (waits[x] >= 0 && steps <= npr) x = waits[x], steps++;
+    if (x != pr[i] && steps <= npr) mark2[x] = 1;
   }
-  rank_list(held, nranks, 1, list, sizeof(list));
+  rank_list(mark2, nranks, 1, list, sizeof(list));
   if (list[0]) {
     fprintf(out, "  the others wait (directly or through others) on rank(s) %s\n", list);
     if (!verdict[0]) {
-      int missing_held = 0, failed_named = -1;
+      int missing_held = 0, failed_named = 0;
       for (int r = 0; r < nranks; r++)
-        if (held[r] && !rr[r]) missing_held = 1;
-      for (int r = 0; r < nranks; r++)
-        if (rr[r] && rr[r]->failed_peer >= 0 && held[rr[r]->failed_peer]) failed_named = r;
+        if (mark2[r] && !rr[r]) missing_held = 1;
+      for (int i = 0; i < npr; i++) {
+        int fp = rr[pr[i]]->failed_peer;
+        if (fp >= 0 && fp < nranks && mark2[fp]) failed_named = 1;
+      }
       /* Where the others are: one collective, or a range. */
       long long lo = -1, hi = -1;
-      for (int r = 0; r < nranks; r++) {
-        const struct hang_op* o = rr[r] ? first_pending(rr[r]) : NULL;
+      for (int i = 0; i < npr; i++) {
+        const struct hang_op* o = pend[i];
         if (!o || o->p2p) continue;
         if (lo < 0 || o->seq < lo) lo = o->seq;
         if (o->seq > hi) hi = o->seq;
@@ -667,13 +697,13 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
         snprintf(a, sizeof(a), " in collectives #%lld to #%lld", lo, hi);
       snprintf(verdict, sizeof(verdict), "rank(s) %s hold the others back%s%s%s", list, a,
                missing_held ? ": no record from them (dead, stopped, or unable to write it)" : "",
-               failed_named >= 0 ? "; the others' error names them as failed" : "");
+               failed_named ? "; the others' error names them as failed" : "");
     }
   }
   if (!verdict[0]) {
     for (int r = 0; r < nranks; r++) mark[r] = rr[r] != NULL;
     rank_list(mark, nranks, 0, list, sizeof(list));
-    if (present < nranks)
+    if (npr < nranks)
       snprintf(verdict, sizeof(verdict),
                "no divergence among the recorded ranks; rank(s) %s left no record (dead, "
                "stopped, or unable to write it)",
@@ -683,8 +713,13 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
                "no divergence found: every rank recorded the same collectives, none waits");
   }
   fprintf(out, "diagnosis: %s\n", verdict);
+out:
+  free(pr);
+  free(pend);
+  free(seqs);
   free(mark);
   free(mark2);
+  free(waits);
 }
 
 int hang_diagnose(struct hang_rank* ranks, int n, FILE* out) {
