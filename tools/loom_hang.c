@@ -302,6 +302,8 @@ static void jstr(const struct jv* o, const char* key, char* buf, size_t len) {
 
 /* ---- Records -------------------------------------------------------------------- */
 
+#define LOOM_CLAMP_STEPS(v) ((v) < 0 ? 0 : (v) > (1LL << 31) ? (1LL << 31) : (v))
+
 void hang_rank_free(struct hang_rank* r) {
   free(r->ops);
   r->ops = NULL;
@@ -370,8 +372,9 @@ int hang_parse(const char* text, size_t len, struct hang_rank* out, char* why, s
     jstr(o, "wait_dir", h->wait_dir, sizeof(h->wait_dir));
     h->count = jint(o, "count", -1);
     h->root = jint(o, "root", -1);
-    h->step = jint(o, "step", 0);
-    h->nsteps = jint(o, "nsteps", 0);
+    /* Counted, printed plus one: a record cannot make them overflow. */
+    h->step = LOOM_CLAMP_STEPS(jint(o, "step", 0));
+    h->nsteps = LOOM_CLAMP_STEPS(jint(o, "nsteps", 0));
     h->wait_peer = jint(o, "wait_peer", -1);
     h->wait_bytes = jint(o, "wait_bytes", 0);
     h->t_enqueue = jint(o, "t_enqueue_ns", 0);
@@ -499,13 +502,13 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
   npr = 0;
   for (int r = 0; r < nranks; r++) {
     if (!rr[r]) continue;
-    qsort(rr[r]->ops, (size_t)rr[r]->nops, sizeof(*rr[r]->ops), op_order);
+    if (rr[r]->nops > 1) qsort(rr[r]->ops, (size_t)rr[r]->nops, sizeof(*rr[r]->ops), op_order);
     pend[npr] = first_pending(rr[r]);
     pr[npr++] = r;
     for (int i = 0; i < rr[r]->nops; i++)
       if (!rr[r]->ops[i].p2p) seqs[nseq++] = rr[r]->ops[i].seq;
   }
-  qsort(seqs, (size_t)nseq, sizeof(*seqs), ll_order);
+  if (nseq > 1) qsort(seqs, (size_t)nseq, sizeof(*seqs), ll_order);
   int u = 0;
   for (int i = 0; i < nseq; i++)
     if (i == 0 || seqs[i] != seqs[i - 1]) seqs[u++] = seqs[i];
