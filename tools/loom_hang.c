@@ -639,8 +639,8 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
     op_name(o, a, sizeof(a));
     if (o->wait_peer >= 0 && o->wait_peer < nranks) {
       waits[r] = (int)o->wait_peer;
-      fprintf(out, "  rank %d waits in %s, step %lld of %lld, on rank %lld (%s %lld bytes)\n", r,
-              a, o->step + 1, o->nsteps, o->wait_peer,
+      fprintf(out, "  rank %d waits in %s, step %lld of %lld, on rank %lld (%s %lld bytes)\n", r, a,
+              o->step + 1, o->nsteps, o->wait_peer,
               strcmp(o->wait_dir, "send") ? "receiving" : "sending", o->wait_bytes);
     } else {
       fprintf(out, "  rank %d is in %s (%s)\n", r, a, o->state);
