@@ -29,9 +29,12 @@ Opts DepartureOpts() {
 }
 
 // The leaver destroys its communicator; the others call `op`, which must
-// fail naming the leaver and its departure.
+// fail naming the leaver and its departure. No survivor ends (destroying a
+// failed communicator, without a goodbye) before every survivor has its
+// error: otherwise a survivor still waiting could fail for that one first.
+// (meet_after false: the test met already; harness::meet is once per run.)
 template <typename Op>
-void LeaveThen(Ctx& c, Op op) {
+void LeaveThen(Ctx& c, Op op, bool meet_after = true) {
   if (c.rank == kLeaver) {
     ASSERT_LOOM_OK(loomCommDestroy(c.comm));
     c.comm = nullptr;
@@ -45,6 +48,7 @@ void LeaveThen(Ctx& c, Op op) {
   EXPECT_TRUE(text.find("left the communicator") != std::string::npos ||
               text.find("destroyed") != std::string::npos)
       << text;
+  if (meet_after) harness::meet(c, c.nranks - 1);
 }
 
 class Departure : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
@@ -74,9 +78,17 @@ TEST_P(Departure, BroadcastFromARankThatLeft) {
         std::vector<int> v(4096, c.rank);
         ASSERT_LOOM_OK(
             loomAllReduce(v.data(), v.data(), v.size(), loomInt32, loomSum, c.comm, nullptr));
-        LeaveThen(c, [&v](Ctx& c) {
-          return loomBroadcast(v.data(), v.data(), v.size(), loomInt32, kLeaver, c.comm, nullptr);
-        });
+        // Every rank is out of the all-reduce before the leaver goes: the first survivor to
+        // find it gone breaks the communicator, and a rank still finishing the all-reduce
+        // (with no need of the leaver) would fail there instead.
+        harness::meet(c, c.nranks);
+        LeaveThen(
+            c,
+            [&v](Ctx& c) {
+              return loomBroadcast(v.data(), v.data(), v.size(), loomInt32, kLeaver, c.comm,
+                                   nullptr);
+            },
+            false);
       },
       DepartureOpts());
 }
