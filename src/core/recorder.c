@@ -216,7 +216,8 @@ static void json_string(FILE* f, const char* s) {
   fputc('"', f);
 }
 
-void recorder_file_name(uint64_t hash, int rank, char* buf, size_t len) {
+/* "loom-rec-<comm hash>-r<rank>.json" */
+static void recorder_file_name(uint64_t hash, int rank, char* buf, size_t len) {
   snprintf(buf, len, "loom-rec-%016llx-r%d.json", (unsigned long long)hash, rank);
 }
 

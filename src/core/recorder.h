@@ -58,7 +58,5 @@ void recorder_end(struct recorder* r, uint64_t id, loomResult_t result);
 void recorder_dump(struct loom_comm* comm, const char* reason);
 /* Checks LOOM_DUMP_SIGNAL and, when set, installs its handler (once per process). */
 loomResult_t recorder_signal_setup(void);
-/* The file name of rank's record of the communicator with hash: "loom-rec-<hash>-r<rank>.json". */
-void recorder_file_name(uint64_t hash, int rank, char* buf, size_t len);
 
 #endif
