@@ -73,6 +73,34 @@ unsigned algo_available(enum coll_kind kind) {
   return avail;
 }
 
+unsigned algo_candidates(enum coll_kind kind, int direct, int deterministic,
+                         const struct tune_consts* k) {
+  unsigned avail = algo_available(kind);
+  /* Direct plans read the peers' buffers with loads or cross-memory
+   * attach: host memory only. */
+  if (!direct) avail &= ~DIRECT_ALGOS;
+  /* Two levels need two levels: several hosts, several ranks on each, the
+   * same number everywhere. */
+  if (k->nhosts < 2 || k->local < 2 || !k->even) avail &= ~TUNE_ALGO_BIT(TUNE_HIER);
+  /* Deterministic reductions are folded in rank order, by the ordered
+   * family alone; it serves nothing else (ordered.c). */
+  if (deterministic && (avail & TUNE_ALGO_BIT(TUNE_ORDERED)))
+    avail = TUNE_ALGO_BIT(TUNE_ORDERED);
+  else
+    avail &= ~TUNE_ALGO_BIT(TUNE_ORDERED);
+  return avail;
+}
+
+/* coll_args.distinct: whether t's plan may count on SEND and RECV being
+ * two buffers. Only all-to-all's direct plan differs (one copy instead of
+ * two); for the other kinds it stays 0, so that in-place and out-of-place
+ * calls share one cached plan. Ranks of one call may differ in it: both of
+ * read_alltoall_build's forms have the same syncs, and peers read only
+ * SEND, which neither writes between them. */
+static int task_distinct(const struct coll_task* t) {
+  return t->kind == COLL_ALLTOALL && t->sendbuff != t->recvbuff;
+}
+
 loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
   struct loom_comm* comm = t->comm;
   int n = comm->nranks;
@@ -85,6 +113,7 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
   a.premul = redop_is_premul(t->op);
   a.avg = t->op == loomAvg;
   a.root = t->root;
+  a.distinct = task_distinct(t);
   if (t->kind == COLL_ALLTOALLV) {
     a.sendcounts = t->v;
     a.sdispls = t->v + n;
@@ -92,19 +121,8 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
     a.rdispls = t->v + 3 * n;
   }
   const struct tune_consts* k = &comm->coll->tune;
-  unsigned avail = algo_available(t->kind);
-  /* Direct plans read the peers' buffers with loads or cross-memory
-   * attach: host memory only. */
-  if (!tp_direct_ok(comm) || t->mem != MEM_HOST) avail &= ~DIRECT_ALGOS;
-  /* Two levels need two levels: several hosts, several ranks on each, the
-   * same number everywhere. */
-  if (k->nhosts < 2 || k->local < 2 || !k->even) avail &= ~TUNE_ALGO_BIT(TUNE_HIER);
-  /* Deterministic reductions are folded in rank order, by the ordered
-   * family alone; it serves nothing else (ordered.c). */
-  if (comm->deterministic && (avail & TUNE_ALGO_BIT(TUNE_ORDERED)))
-    avail = TUNE_ALGO_BIT(TUNE_ORDERED);
-  else
-    avail &= ~TUNE_ALGO_BIT(TUNE_ORDERED);
+  unsigned avail =
+      algo_candidates(t->kind, tp_direct_ok(comm) && t->mem == MEM_HOST, comm->deterministic, k);
   if (!avail)
     return err_set(comm, loomInternalError, "no algorithm can serve collective kind %d", t->kind);
   enum tune_algo algo =
@@ -168,6 +186,7 @@ loomResult_t algo_plan_cached(const struct coll_task* t, struct plan_obj** out) 
   key.avg = t->op == loomAvg;
   key.root = t->root;
   key.mem = t->mem;
+  key.distinct = task_distinct(t);
   for (int i = 0; i < PLAN_CACHE; i++)
     if (cc->plans[i].obj && memcmp(&cc->plans[i].key, &key, sizeof(key)) == 0) {
       atomic_fetch_add(&cc->plans[i].obj->refs, 1);

@@ -907,7 +907,7 @@ int plan_check_spec(const struct check_spec* spec, const struct plan* plans, cha
   if (acc == NULL || sim_alloc(&s))
     fail(&s, "out of memory");
   else if (match_ops(&s) == 0 && run_once(&s, 0, acc) == 0 &&
-           (!has_inplace(&s) || run_once(&s, 1, acc) == 0))
+           (spec->distinct || !has_inplace(&s) || run_once(&s, 1, acc) == 0))
     rc = 0;
 out:
   free(acc);
@@ -925,6 +925,6 @@ out:
 
 int plan_check(enum check_kind kind, int nranks, size_t count, const struct plan* plans,
                char* why_out, size_t why_len) {
-  struct check_spec spec = {kind, nranks, count, 0, NULL};
+  struct check_spec spec = {kind, nranks, count, 0, NULL, 0};
   return plan_check_spec(&spec, plans, why_out, why_len);
 }

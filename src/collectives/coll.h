@@ -65,7 +65,8 @@ struct plan_key {
   size_t count;
   size_t esize;
   int premul, avg, root;
-  int mem; /* enum mem_kind */
+  int mem;      /* enum mem_kind */
+  int distinct; /* coll_args.distinct */
 };
 #define PLAN_CACHE 4
 
@@ -186,6 +187,12 @@ loomResult_t algo_plan_cached(const struct coll_task* t, struct plan_obj** out);
 struct plan_obj* plan_obj_new(void);
 /* The algorithms (TUNE_ALGO_BIT mask) that can serve kind. */
 unsigned algo_available(enum coll_kind kind);
+/* Those among them the tuner may pick for one call: direct plans only when
+ * direct (every rank on one host, host memory), the two-level all-reduce
+ * only on an even layout of several hosts (k's shape), and the ordered
+ * family alone when deterministic, never otherwise. */
+unsigned algo_candidates(enum coll_kind kind, int direct, int deterministic,
+                         const struct tune_consts* k);
 
 /* argcheck.c (comm->check_args): the ranks of t's communicator agree on
  * its arguments: now (in_group 0: blocks until every rank has called), or,

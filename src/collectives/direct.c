@@ -157,24 +157,28 @@ loomResult_t read_broadcast_build(const struct coll_args* a, struct plan* out) {
 }
 
 /* In place the receive buffer is the send buffer peers read: stage the
- * blocks in scratch and copy them out after the last sync. */
+ * blocks in scratch and copy them out after the last sync. Out of place
+ * (a->distinct) each block goes straight to its place in RECV: one copy. */
 loomResult_t read_alltoall_build(const struct coll_args* a, struct plan* out) {
   size_t c = a->count, total = c * (size_t)a->nranks;
   int n = a->nranks, r = a->rank;
+  enum plan_buf land = a->distinct ? PB_RECV : PB_SCRATCH;
   out->buf_count[PB_SEND] = total;
   out->buf_count[PB_RECV] = total;
-  out->buf_count[PB_SCRATCH] = total;
+  out->buf_count[PB_SCRATCH] = a->distinct ? 0 : total;
   if (c == 0) return plan_finish(out);
   sync_step(out);
   plan_step_begin(out);
-  plan_add(out, OP_COPY, -1, ref(PB_SEND, (size_t)r * c), ref(PB_SCRATCH, (size_t)r * c), c);
+  plan_add(out, OP_COPY, -1, ref(PB_SEND, (size_t)r * c), ref(land, (size_t)r * c), c);
   for (int k = 1; k < n; k++) {
     int q = (r + k) % n;
-    plan_add(out, OP_PEER_COPY, q, ref(PB_SEND, (size_t)r * c), ref(PB_SCRATCH, (size_t)q * c), c);
+    plan_add(out, OP_PEER_COPY, q, ref(PB_SEND, (size_t)r * c), ref(land, (size_t)q * c), c);
   }
   sync_step(out);
-  plan_step_begin(out);
-  plan_add(out, OP_COPY, -1, ref(PB_SCRATCH, 0), ref(PB_RECV, 0), total);
+  if (!a->distinct) {
+    plan_step_begin(out);
+    plan_add(out, OP_COPY, -1, ref(PB_SCRATCH, 0), ref(PB_RECV, 0), total);
+  }
   return plan_finish(out);
 }
 

@@ -144,6 +144,10 @@ struct coll_args {
    * all-reduce family (enum tune_algo: ring, tree, rhd or doubling) across hosts. */
   const int* host_of;
   int cross_algo;
+  /* 1: SEND and RECV are distinct (an out-of-place call); a plan may then
+   * write RECV while peers read SEND. 0: they may be one buffer. Only the
+   * kinds whose plans differ set it (all-to-all: alltoall_distinct). */
+  int distinct;
 };
 
 /* ---- Generators: each fills out (already plan_init'ed) for one rank. ---- */
@@ -233,6 +237,9 @@ struct check_spec {
    * each rank's send displacement for dst and receive displacement for src
    * are the running sums in rank order (what the tests build). */
   const size_t* a2av_counts;
+  /* 1: the plans were built for distinct SEND and RECV (coll_args.distinct)
+   * and are proven out of place only. */
+  int distinct;
 };
 
 /* Simulates the plans of all nranks ranks symbolically (no transport, no

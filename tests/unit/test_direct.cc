@@ -24,15 +24,18 @@ struct Algo {
   bool blocks;   // buffers hold one block per rank
   bool reduces;  // premul and avg variants apply
   bool rooted;
+  bool distinct;  // built for distinct SEND and RECV, proven out of place only
 };
 
 const Algo kAlgos[] = {
-    {"oneshot all-reduce", oneshot_allreduce_build, CHECK_ALLREDUCE, false, true, false},
-    {"twoshot all-reduce", twoshot_allreduce_build, CHECK_ALLREDUCE, false, true, false},
-    {"read all-gather", read_allgather_build, CHECK_ALLGATHER, true, false, false},
-    {"read reduce-scatter", read_reducescatter_build, CHECK_REDUCESCATTER, true, true, false},
-    {"read broadcast", read_broadcast_build, CHECK_BROADCAST, false, false, true},
-    {"read all-to-all", read_alltoall_build, CHECK_ALLTOALL, true, false, false},
+    {"oneshot all-reduce", oneshot_allreduce_build, CHECK_ALLREDUCE, false, true, false, false},
+    {"twoshot all-reduce", twoshot_allreduce_build, CHECK_ALLREDUCE, false, true, false, false},
+    {"read all-gather", read_allgather_build, CHECK_ALLGATHER, true, false, false, false},
+    {"read reduce-scatter", read_reducescatter_build, CHECK_REDUCESCATTER, true, true, false,
+     false},
+    {"read broadcast", read_broadcast_build, CHECK_BROADCAST, false, false, true, false},
+    {"read all-to-all", read_alltoall_build, CHECK_ALLTOALL, true, false, false, false},
+    {"read all-to-all out of place", read_alltoall_build, CHECK_ALLTOALL, true, false, false, true},
 };
 
 struct Case {
@@ -59,6 +62,7 @@ std::string Check(const Algo& algo, const Case& c,
     a.root = c.root;
     a.premul = c.premul;
     a.avg = c.avg;
+    a.distinct = algo.distinct;
     if (algo.build(&a, &p[r]) != loomSuccess && err.empty()) err = "build failed";
   }
   if (err.empty()) {
@@ -68,6 +72,7 @@ std::string Check(const Algo& algo, const Case& c,
     spec.nranks = c.n;
     spec.count = c.count;
     spec.root = c.root;
+    spec.distinct = algo.distinct;
     char why[512] = "";
     if (plan_check_spec(&spec, p.data(), why, sizeof(why)) != 0) err = why[0] ? why : "failed";
   }
@@ -119,6 +124,49 @@ TEST(DirectChecker, CatchesAReadOfWhatThePeerWritesInThePhase) {
       if (q.ops[o].kind == OP_PEER_COPY) q.ops[o].src.off = 0, q.ops[o].dst.off = 0;
   });
   EXPECT_NE(why.find("between the syncs"), std::string::npos) << why;
+}
+
+// The one-copy all-to-all writes each block straight into RECV while peers
+// still read SEND: proven out of place, and caught when the same plans run
+// in place (one buffer).
+TEST(DirectChecker, TheOneCopyAllToAllIsForDistinctBuffersOnly) {
+  const Algo& oop = kAlgos[std::size(kAlgos) - 1];
+  ASSERT_TRUE(oop.distinct);
+  EXPECT_EQ(Check(oop, {3, 5, 1 << 20, 0, false, false}), "");
+  std::vector<plan> p(3);
+  for (int r = 0; r < 3; r++) {
+    plan_init(&p[r], r, 3, "test");
+    coll_args a = {};
+    a.nranks = 3;
+    a.rank = r;
+    a.count = 5;
+    a.slice_elems = 1 << 20;
+    a.distinct = 1;
+    ASSERT_EQ(read_alltoall_build(&a, &p[r]), loomSuccess);
+  }
+  check_spec spec = {};
+  spec.kind = CHECK_ALLTOALL;
+  spec.nranks = 3;
+  spec.count = 5;
+  char why[512] = "";
+  EXPECT_NE(plan_check_spec(&spec, p.data(), why, sizeof(why)), 0);
+  EXPECT_NE(std::string(why).find("in-place"), std::string::npos) << why;
+  for (auto& q : p) plan_free(&q);
+  // One scratch-free copy per block: no staging, one op per block.
+  plan q;
+  plan_init(&q, 0, 3, "test");
+  coll_args a = {};
+  a.nranks = 3;
+  a.count = 5;
+  a.slice_elems = 1 << 20;
+  a.distinct = 1;
+  ASSERT_EQ(read_alltoall_build(&a, &q), loomSuccess);
+  EXPECT_EQ(q.buf_count[PB_SCRATCH], 0u);
+  int copies = 0;
+  for (uint32_t o = 0; o < q.nops; o++)
+    copies += q.ops[o].kind == OP_COPY || q.ops[o].kind == OP_PEER_COPY;
+  EXPECT_EQ(copies, 3);
+  plan_free(&q);
 }
 
 TEST(DirectChecker, CatchesAReadBeforeTheFirstSyncOrAfterTheLast) {
