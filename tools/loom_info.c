@@ -89,11 +89,22 @@ static void print_tuning(void) {
       "cross-memory attach %.2f GB/s\n(direct plans, oneshot/twoshot/read, are costed as between "
       "processes: they need every rank on this host)\n",
       k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps);
+  if (k->copy_at[0] > 0) {
+    printf("per rank's buffer, GB/s:  %8s %8s %8s\n", "fifo", "cma", "reduce");
+    for (int p = 0; p < TUNE_CAL_POINTS; p++) {
+      char sz[32];
+      size_text(tune_cal_bytes(p), sz, sizeof(sz));
+      printf("  %-23s %8.2f %8.2f %8.2f\n", sz, k->copy_at[p], k->cma_at[p], k->reduce_at[p]);
+    }
+  }
   printf("%-14s %5s  %-22s %-9s %s\n", "collective", "ranks", "sizes", "algorithm",
          "predicted time");
   const int ranks[] = {2, 4, 8, 16};
   for (int c = 0; c < TUNE_COLL_COUNT; c++) {
-    unsigned avail = algo_available((enum coll_kind)c);
+    /* One host, host memory, LOOM_DETERMINISTIC as set: what a
+     * communicator of processes here would choose from. */
+    unsigned avail =
+        algo_candidates((enum coll_kind)c, params_get()->direct, params_get()->deterministic, k);
     if (!avail) continue;
     for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++) {
       int n = ranks[ri];

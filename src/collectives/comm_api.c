@@ -78,7 +78,9 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
   loomResult_t r = boot_allgather(comm, tune_consts_get(), sizeof(*all), all, &dl);
   if (r == loomSuccess) cc->tune = all[0];
   int loads = tp_direct_loads(comm);
-  cc->tune.read_gbps = loads ? 2 * cc->tune.copy_gbps : cc->tune.cma_gbps;
+  /* Thread ranks read with loads (one copy); processes by cross-memory
+   * attach, its own table (read_gbps 0). */
+  cc->tune.read_gbps = loads ? 2 * cc->tune.copy_gbps : 0;
   cc->tune.read_call_us = loads ? 0 : cc->tune.cma_us;
   free(all);
   if (r != loomSuccess) return r;

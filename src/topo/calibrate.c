@@ -3,6 +3,7 @@
  * read from LOOM_TUNING_FILE. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,62 +18,213 @@
 #include "topo/topo.h"
 #include "topo/tune.h"
 
-#define CAL_BYTES (16u << 20)
+#define CAL_BYTES (16u << 20)  /* the largest point */
+#define CAL_SLICE (256u << 10) /* LOOM_SLICE_SIZE's default */
+#define CAL_SLOTS 4
 #define CMA_PIECE (4u << 20) /* as peer.c's cma_read */
 
 static struct tune_consts consts_now;
 static pthread_once_t consts_once = PTHREAD_ONCE_INIT;
 
-/* Best of a few runs: the machine may be busy, the best run is the truth. */
-static double copy_gbps_measure(char* a, char* b) {
-  double best = 0;
-  for (int r = 0; r < 4; r++) {
-    uint64_t t0 = time_now_ns();
-    memcpy(b, a, CAL_BYTES);
-    double dt = (double)(time_now_ns() - t0);
-    if (dt > 0 && CAL_BYTES / dt > best) best = CAL_BYTES / dt;
-  }
-  return best;
+size_t tune_cal_bytes(int point) {
+  return (size_t)TUNE_CAL_FIRST << (2 * point);
 }
 
-static double reduce_gbps_measure(char* a, char* b, char* c) {
-  double best = 0;
-  size_t n = CAL_BYTES / sizeof(float);
-  for (int r = 0; r < 4; r++) {
-    uint64_t t0 = time_now_ns();
-    cpu_reduce(loomFloat32, loomSum, c, a, b, n);
-    double dt = (double)(time_now_ns() - t0);
-    if (dt > 0 && CAL_BYTES / dt > best) best = CAL_BYTES / dt;
-  }
-  return best;
+/* ---- The bandwidths, measured as the plans move bytes ----
+ *
+ * Two threads stand for two ranks, each with a buffer of the point's size,
+ * doing at once what two ranks of a plan do at once: sending its buffer to
+ * the other through a FIFO of slices (the ring's and pairwise's steps: copy
+ * in, copy out, the two directions sharing the memory system), reading the
+ * other's buffer by process_vm_readv (the direct plans between processes,
+ * both ranks reading each other), or reducing. A single thread's memcpy of
+ * a large buffer, what this measured before, is not what a plan sees: two
+ * ranks copying at once, or reading by cross-memory attach at once, share
+ * the caches and the memory bus, and buffers that fit a cache copy several
+ * times faster than those that do not. */
+
+enum cal_kind { CAL_FIFO, CAL_CMA, CAL_REDUCE };
+
+struct cal_fifo {
+  char* slot[CAL_SLOTS];
+  _Atomic uint64_t head, tail; /* slices written, slices read */
+};
+
+struct cal_pair {
+  pthread_barrier_t bar;
+  enum cal_kind kind;
+  size_t bytes;
+  int spin; /* cores for both: spin; else yield while waiting */
+  int reps; /* runs, the best of which counts */
+  char* src[2];
+  char* dst[2];
+  struct cal_fifo fifo[2]; /* fifo[i]: thread i's sends */
+  double best_ns[2];
+  _Atomic int failed;
+};
+
+static void cal_wait(const struct cal_pair* cp) {
+  if (cp->spin)
+    cpu_relax();
+  else
+    sched_yield();
 }
 
-/* process_vm_readv of this process's own memory, in the pieces peer.c
- * reads: the kernel pins the pages of every call, which costs far more than
- * a memcpy on some machines. 0 when the call is not allowed. */
-/* The best time of one small process_vm_readv, in microseconds. */
-static double cma_us_measure(char* a, char* b) {
+/* Sends src[me] through fifo[me] while receiving the peer's from
+ * fifo[peer] into dst[me], a slice at a time, as a step of a plan does. */
+static void cal_fifo_run(struct cal_pair* cp, int me, size_t at) {
+  struct cal_fifo *out = &cp->fifo[me], *in = &cp->fifo[1 - me];
+  const char* src = cp->src[me] + at;
+  char* dst = cp->dst[me] + at;
+  size_t total = cp->bytes, sent = 0, got = 0;
+  uint64_t s = 0, r = 0;
+  while (sent < total || got < total) {
+    int moved = 0;
+    if (sent < total && s - atomic_load_explicit(&out->tail, memory_order_acquire) < CAL_SLOTS) {
+      size_t n = LOOM_MIN(total - sent, (size_t)CAL_SLICE);
+      memcpy(out->slot[s % CAL_SLOTS], src + sent, n);
+      sent += n;
+      atomic_store_explicit(&out->head, ++s, memory_order_release);
+      moved = 1;
+    }
+    if (got < total && atomic_load_explicit(&in->head, memory_order_acquire) > r) {
+      size_t n = LOOM_MIN(total - got, (size_t)CAL_SLICE);
+      memcpy(dst + got, in->slot[r % CAL_SLOTS], n);
+      got += n;
+      atomic_store_explicit(&in->tail, ++r, memory_order_release);
+      moved = 1;
+    }
+    if (!moved) cal_wait(cp);
+  }
+}
+
+static int cal_cma_run(struct cal_pair* cp, int me, size_t at) {
+  for (size_t off = at; off < at + cp->bytes; off += CMA_PIECE) {
+    size_t n = LOOM_MIN(at + cp->bytes - off, (size_t)CMA_PIECE);
+    struct iovec l = {cp->dst[me] + off, n}, rm = {cp->src[1 - me] + off, n};
+    if (process_vm_readv(getpid(), &l, 1, &rm, 1, 0) != (ssize_t)n) return -1;
+  }
+  return 0;
+}
+
+static void cal_side(struct cal_pair* cp, int me) {
+  /* Each run takes the next piece of the buffers, as the perf tools (and
+   * nccl-tests) move theirs from call to call: data that the last run left
+   * in cache would flatter every way of moving it, a copy by the kernel most. */
+  size_t pieces = LOOM_MAX((size_t)CAL_BYTES / cp->bytes, (size_t)1);
+  for (int rep = 0; rep < cp->reps; rep++) {
+    size_t at = cp->bytes * ((size_t)rep % pieces);
+    pthread_barrier_wait(&cp->bar);
+    uint64_t t0 = time_now_ns();
+    if (cp->kind == CAL_FIFO) cal_fifo_run(cp, me, at);
+    if (cp->kind == CAL_CMA && cal_cma_run(cp, me, at) != 0) cp->failed = 1;
+    if (cp->kind == CAL_REDUCE)
+      cpu_reduce(loomFloat32, loomSum, cp->dst[me] + at, cp->src[me] + at, cp->dst[me] + at,
+                 cp->bytes / sizeof(float));
+    double dt = (double)(time_now_ns() - t0);
+    if (rep == 0 || dt < cp->best_ns[me]) cp->best_ns[me] = dt;
+    pthread_barrier_wait(&cp->bar);
+    if (me == 0)
+      for (int i = 0; i < 2; i++) {
+        atomic_store(&cp->fifo[i].head, 0);
+        atomic_store(&cp->fifo[i].tail, 0);
+      }
+    pthread_barrier_wait(&cp->bar);
+  }
+}
+
+static void* cal_peer(void* arg) {
+  cal_side(arg, 1);
+  return NULL;
+}
+
+/* GB/s per thread of one kind at one size, the slower thread's best of a
+ * few runs (a busy machine slows runs down, never speeds one up); 0 when
+ * the kind cannot run here (cross-memory attach not allowed). */
+static double cal_measure(struct cal_pair* cp, enum cal_kind kind, size_t bytes) {
+  cp->kind = kind;
+  cp->bytes = bytes;
+  cp->failed = 0;
+  cp->best_ns[0] = cp->best_ns[1] = 0;
+  /* Small sizes take microseconds, and one preemption spoils a run: more
+   * runs of them, about 4 MiB per thread in all. */
+  cp->reps = (int)LOOM_MIN((size_t)32, LOOM_MAX((size_t)3, (size_t)(4u << 20) / bytes));
+  pthread_t t;
+  if (pthread_barrier_init(&cp->bar, NULL, 2) != 0) return 0;
+  if (pthread_create(&t, NULL, cal_peer, cp) != 0) {
+    pthread_barrier_destroy(&cp->bar);
+    return 0;
+  }
+  cal_side(cp, 0);
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&cp->bar);
+  double ns = LOOM_MAX(cp->best_ns[0], cp->best_ns[1]);
+  return cp->failed || ns <= 0 ? 0 : (double)bytes / ns;
+}
+
+/* Fills the tables of out; 0, or -1 when memory ran short. */
+static int cal_bandwidths(struct tune_consts* out) {
+  struct cal_pair* cp = calloc(1, sizeof(*cp));
+  int rc = cp ? 0 : -1;
+  for (int i = 0; cp && i < 2; i++) {
+    cp->src[i] = malloc(CAL_BYTES);
+    cp->dst[i] = malloc(CAL_BYTES);
+    if (!cp->src[i] || !cp->dst[i]) rc = -1;
+    if (rc == 0) {
+      memset(cp->src[i], 1 + i, CAL_BYTES);
+      memset(cp->dst[i], 0, CAL_BYTES);
+    }
+    for (int s = 0; s < CAL_SLOTS; s++) {
+      cp->fifo[i].slot[s] = malloc(CAL_SLICE);
+      if (!cp->fifo[i].slot[s])
+        rc = -1;
+      else
+        memset(cp->fifo[i].slot[s], 0, CAL_SLICE);
+    }
+  }
+  if (rc == 0) {
+    cp->spin = cpus_online() >= 2;
+    double* tables[] = {out->copy_at, out->cma_at, out->reduce_at};
+    for (int p = 0; p < TUNE_CAL_POINTS; p++)
+      for (int kind = 0; kind < 3; kind++)
+        tables[kind][p] = cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p));
+    /* A bandwidth falls as buffers outgrow the caches, never by half from
+     * one point to the next larger: a point far below its larger
+     * neighbour (or the largest far below its smaller one) was disturbed
+     * (a preempted thread stalls the other), and is measured again. */
+    for (int kind = 0; kind < 3; kind++)
+      for (int p = 0; p < TUNE_CAL_POINTS; p++)
+        for (int again = 0; again < 4; again++) {
+          double* t = tables[kind];
+          int low = p + 1 < TUNE_CAL_POINTS ? t[p] < 0.6 * t[p + 1] : t[p] < 0.3 * t[p - 1];
+          if (!low) break;
+          t[p] = LOOM_MAX(t[p], cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p)));
+        }
+    /* Cross-memory attach either works at every size or not at all. */
+    for (int p = 0; p < TUNE_CAL_POINTS; p++)
+      if (out->cma_at[p] <= 0)
+        for (int q = 0; q < TUNE_CAL_POINTS; q++) out->cma_at[q] = 0;
+  }
+  for (int i = 0; cp && i < 2; i++) {
+    free(cp->src[i]);
+    free(cp->dst[i]);
+    for (int s = 0; s < CAL_SLOTS; s++) free(cp->fifo[i].slot[s]);
+  }
+  free(cp);
+  return rc;
+}
+
+/* The best time of one small process_vm_readv, in microseconds; 0 when
+ * the call is not allowed. */
+static double cma_us_measure(void) {
+  char a[64] = {1}, b[64];
   double best = -1;
   for (int r = 0; r < 200; r++) {
-    struct iovec l = {b, 64}, rm = {a, 64};
+    struct iovec l = {b, sizeof(b)}, rm = {a, sizeof(a)};
     uint64_t t0 = time_now_ns();
-    if (process_vm_readv(getpid(), &l, 1, &rm, 1, 0) != 64) return 0;
+    if (process_vm_readv(getpid(), &l, 1, &rm, 1, 0) != (ssize_t)sizeof(a)) return 0;
     double dt = (double)(time_now_ns() - t0) / 1e3;
     if (best < 0 || dt < best) best = dt;
-  }
-  return best;
-}
-
-static double cma_gbps_measure(char* a, char* b) {
-  double best = 0;
-  for (int r = 0; r < 3; r++) {
-    uint64_t t0 = time_now_ns();
-    for (size_t off = 0; off < CAL_BYTES; off += CMA_PIECE) {
-      struct iovec l = {b + off, CMA_PIECE}, rm = {a + off, CMA_PIECE};
-      if (process_vm_readv(getpid(), &l, 1, &rm, 1, 0) != (ssize_t)CMA_PIECE) return 0;
-    }
-    double dt = (double)(time_now_ns() - t0);
-    if (dt > 0 && CAL_BYTES / dt > best) best = CAL_BYTES / dt;
   }
   return best;
 }
@@ -94,59 +246,84 @@ static void* pong_main(void* arg) {
   return NULL;
 }
 
-/* The best of several short batches: a busy machine delays some round trips,
- * never speeds one up. */
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of many short batches' averages: a busy machine preempts
+ * some round trips (a whole time slice each, which swamps the batch it
+ * falls in), never speeds one up. */
 static double step_us_measure(void) {
   if (cpus_online() < 2) return 30.0; /* a futex hand-off, not a spin */
-  double best = -1;
-  for (int batch = 0; batch < 5; batch++) {
-    struct pingpong pp = {0, 200};
-    pthread_t t;
-    if (pthread_create(&t, NULL, pong_main, &pp) != 0) break;
+  enum { BATCHES = 25 };
+  double half_rt[BATCHES];
+  int done = 0;
+  struct pingpong pp = {0, 40 * BATCHES};
+  pthread_t t;
+  if (pthread_create(&t, NULL, pong_main, &pp) != 0) return 5.0;
+  for (int b = 0; b < BATCHES; b++) {
     uint64_t t0 = time_now_ns();
-    for (int i = 0; i < pp.rounds; i++) {
+    for (int i = 40 * b; i < 40 * (b + 1); i++) {
       atomic_store_explicit(&pp.turn, (uint32_t)(2 * i + 1), memory_order_release);
       while (atomic_load_explicit(&pp.turn, memory_order_acquire) != (uint32_t)(2 * i + 2))
         cpu_relax();
     }
-    double half_rt_us = (double)(time_now_ns() - t0) / 1e3 / pp.rounds / 2;
-    pthread_join(t, NULL);
-    if (best < 0 || half_rt_us < best) best = half_rt_us;
+    half_rt[done++] = (double)(time_now_ns() - t0) / 1e3 / 40 / 2;
   }
-  if (best < 0) return 5.0;
+  pthread_join(t, NULL);
+  qsort(half_rt, (size_t)done, sizeof(half_rt[0]), cmp_double);
   /* A step also posts, tests and retires its transfers: a few hand-offs. */
-  return 4 * best + 1.0;
+  return 4 * half_rt[done / 2] + 1.0;
 }
 
 void tune_calibrate(struct tune_consts* out) {
-  char* a = malloc(CAL_BYTES);
-  char* b = malloc(CAL_BYTES);
-  char* c = malloc(CAL_BYTES);
   out->ncpus = cpus_online(); /* the machine measured; a topology file overrides (consts_init) */
   out->step_us = step_us_measure();
   out->copy_gbps = 4.0;
   out->reduce_gbps = 4.0;
-  if (a && b && c) {
-    memset(a, 1, CAL_BYTES);
-    memset(b, 2, CAL_BYTES);
-    memset(c, 0, CAL_BYTES);
-    /* Through a FIFO every byte is copied twice (in and out). */
-    out->copy_gbps = copy_gbps_measure(a, b) / 2;
-    out->reduce_gbps = reduce_gbps_measure(a, b, c);
-    out->cma_gbps = cma_gbps_measure(a, c);
-    out->cma_us = cma_us_measure(a, c);
+  out->cma_gbps = 0;
+  out->cma_us = cma_us_measure();
+  if (cal_bandwidths(out) != 0) {
+    memset(out->copy_at, 0, sizeof(out->copy_at));
+    memset(out->cma_at, 0, sizeof(out->cma_at));
+    memset(out->reduce_at, 0, sizeof(out->reduce_at));
+    return;
   }
-  free(a);
-  free(b);
-  free(c);
+  /* The single figures are the largest point's: what buffers that fit no
+   * cache see. */
+  out->copy_gbps = out->copy_at[TUNE_CAL_POINTS - 1];
+  out->reduce_gbps = out->reduce_at[TUNE_CAL_POINTS - 1];
+  out->cma_gbps = out->cma_at[TUNE_CAL_POINTS - 1];
+  if (out->cma_gbps <= 0) out->cma_us = 0;
 }
 
-int tune_consts_read(const char* path, struct tune_consts* k, int need_cma) {
+/* key@bytes for one of the points: the point's table entry, else NULL. */
+static double* table_entry(struct tune_consts* k, const char* key) {
+  static const char* const names[] = {"copy_gbps@", "cma_gbps@", "reduce_gbps@"};
+  double* tables[] = {k->copy_at, k->cma_at, k->reduce_at};
+  for (int t = 0; t < 3; t++) {
+    size_t len = strlen(names[t]);
+    if (strncmp(key, names[t], len) != 0) continue;
+    char* end = NULL;
+    errno = 0;
+    unsigned long long b = strtoull(key + len, &end, 10);
+    if (errno || !end || *end || end == key + len) return NULL;
+    for (int p = 0; p < TUNE_CAL_POINTS; p++)
+      if (b == tune_cal_bytes(p)) return &tables[t][p];
+  }
+  return NULL;
+}
+
+int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
   FILE* f = fopen(path, "r");
   if (!f) return -1;
   char key[64];
   double v;
-  int seen = 0;
+  int seen = 0, entries = 0, bad = 0;
+  memset(k->copy_at, 0, sizeof(k->copy_at));
+  memset(k->cma_at, 0, sizeof(k->cma_at));
+  memset(k->reduce_at, 0, sizeof(k->reduce_at));
   while (fscanf(f, "%63s %lf", key, &v) == 2) {
     if (strcmp(key, "step_us") == 0) k->step_us = v, seen |= 1;
     if (strcmp(key, "copy_gbps") == 0) k->copy_gbps = v, seen |= 2;
@@ -156,11 +333,19 @@ int tune_consts_read(const char* path, struct tune_consts* k, int need_cma) {
     if (strcmp(key, "cma_us") == 0) k->cma_us = v;
     if (strcmp(key, "net_gbps") == 0 && v > 0) k->net_gbps = v;
     if (strcmp(key, "net_us") == 0 && v > 0) k->net_us = v;
+    double* e = table_entry(k, key);
+    if (e) {
+      if (!(v >= 0 && v < 1e6)) bad = 1; /* NaN and infinities too */
+      *e = v;
+      entries++;
+    }
   }
   fclose(f);
-  if (!(seen & 16)) k->cma_gbps = need_cma ? -1 : 2 * k->copy_gbps;
+  if (!(seen & 16)) k->cma_gbps = cache ? -1 : 2 * k->copy_gbps;
   int ok = (seen | 16) == 31 && k->cma_gbps >= 0 && k->step_us > 0 && k->copy_gbps > 0 &&
-           k->reduce_gbps > 0 && k->ncpus > 0;
+           k->reduce_gbps > 0 && k->ncpus > 0 && !bad;
+  /* A cache from before the tables is measured again. */
+  if (cache && entries < 3 * TUNE_CAL_POINTS) ok = 0;
   return ok ? 0 : -1;
 }
 
@@ -189,6 +374,9 @@ static void consts_save(const struct tune_consts* k) {
   fprintf(f,
           "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n",
           k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us);
+  for (int p = 0; p < TUNE_CAL_POINTS; p++)
+    fprintf(f, "copy_gbps@%zu %.3f\ncma_gbps@%zu %.3f\nreduce_gbps@%zu %.3f\n", tune_cal_bytes(p),
+            k->copy_at[p], tune_cal_bytes(p), k->cma_at[p], tune_cal_bytes(p), k->reduce_at[p]);
   fclose(f);
   rename(tmp, path); /* atomic: concurrent ranks never read half a file */
 }

@@ -116,12 +116,34 @@ static int log2_ceil(int n) {
   return k;
 }
 
+/* A table of the calibration at the buffer size S, bytes per microsecond:
+ * log-linear between its points, the nearest point outside them; the
+ * single figure when the table is not all there (a tuning file without it). */
+static double at_size(const double* table, double single, double S) {
+  for (int p = 0; p < TUNE_CAL_POINTS; p++)
+    if (!(table[p] > 0)) return single * 1e3;
+  double x = log2(fmax(S, 1) / TUNE_CAL_FIRST) / 2; /* in points */
+  if (x <= 0) return table[0] * 1e3;
+  if (x >= TUNE_CAL_POINTS - 1) return table[TUNE_CAL_POINTS - 1] * 1e3;
+  int p = (int)x;
+  double f = x - p;
+  return (table[p] * (1 - f) + table[p + 1] * f) * 1e3;
+}
+
+/* Copy bandwidth through a FIFO and reduction bandwidth at buffer size S. */
+static double copy_bw(const struct tune_consts* k, double S) {
+  return at_size(k->copy_at, k->copy_gbps, S);
+}
+static double reduce_bw(const struct tune_consts* k, double S) {
+  return at_size(k->reduce_at, k->reduce_gbps, S);
+}
+
 /* A pipelined chain or tree: the first slice takes depth hops, the rest
  * follow one slice time apart. fan is how many children each hop feeds. */
 static double pipeline_us(const struct tune_consts* k, int depth, double bytes, double slice,
                           int fan) {
   double ns = slices(bytes, slice), sl = fmin(slice, bytes);
-  double per = k->step_us + fan * sl / (k->copy_gbps * 1e3);
+  double per = k->step_us + fan * sl / copy_bw(k, bytes);
   return (depth - 1 + ns) * per;
 }
 
@@ -136,23 +158,26 @@ static double read_call(const struct tune_consts* k) {
   return k->read_gbps > 0 ? k->read_call_us : k->cma_us;
 }
 
-/* Bytes per microsecond of a direct plan's reads. */
-static double read_bw(const struct tune_consts* k) {
-  double g = k->read_gbps > 0 ? k->read_gbps : k->cma_gbps > 0 ? k->cma_gbps : k->copy_gbps;
-  return g * 1e3;
+/* Bytes per microsecond of a direct plan's reads at buffer size S: loads
+ * (thread ranks) scale with size as the copy does; cross-memory attach has
+ * its own table; with neither, the copy's. */
+static double read_bw(const struct tune_consts* k, double S) {
+  if (k->read_gbps > 0) return k->read_gbps * copy_bw(k, S) / k->copy_gbps;
+  if (k->cma_gbps > 0) return at_size(k->cma_at, k->cma_gbps, S);
+  return copy_bw(k, S);
 }
 
 /* TUNE_ORDERED's reduce-scatter: per piece, one exchange with every peer and
  * n - 1 local fold steps (each about a step's latency); the ring's volume. */
 static double ordered_us(const struct tune_consts* k, int n, double S, double sl) {
-  double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
+  double B = copy_bw(k, S), R = reduce_bw(k, S);
   return slices(S / n, sl) * n * k->step_us + (double)(n - 1) / n * S / B +
          (double)(n - 1) / n * S / R;
 }
 
 static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n, double S,
                            double sl) {
-  double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
+  double B = copy_bw(k, S), R = reduce_bw(k, S);
   switch (a) {
     case TUNE_RING:
       return 2 * (n - 1) * slices(S / n, sl) * k->step_us + 2.0 * (n - 1) / n * S / B +
@@ -181,13 +206,13 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
     /* Direct reads: a sync is about one step; each byte read from a peer
      * is one copy (cross-memory attach) or a load before it is reduced. */
     case TUNE_ONESHOT: {
-      double D = read_bw(k), reads = (n - 1) * slices(S, sl);
+      double D = read_bw(k, S), reads = (n - 1) * slices(S, sl);
       return 2 * sync_us(k, n) + reads * read_call(k) + (n - 1) * S / D + (n - 1) * S / R +
              2 * S / B;
     }
     case TUNE_TWOSHOT: {
       double reads = (n - 1) * (slices(S / n, sl) + 1);
-      return 3 * sync_us(k, n) + reads * read_call(k) + 2.0 * (n - 1) / n * S / read_bw(k) +
+      return 3 * sync_us(k, n) + reads * read_call(k) + 2.0 * (n - 1) / n * S / read_bw(k, S) +
              (double)(n - 1) / n * S / R;
     }
     default:
@@ -197,7 +222,7 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
 
 /* The single-read plans of direct.c (TUNE_READ). */
 static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, double S) {
-  double B = 2 * k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3, D = read_bw(k);
+  double B = 2 * copy_bw(k, S), R = reduce_bw(k, S), D = read_bw(k, S);
   double part = (double)(n - 1) / n * S, calls = (n - 1) * read_call(k);
   switch (coll) {
     case TUNE_ALLGATHER:
@@ -206,8 +231,10 @@ static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, d
       return 2 * sync_us(k, n) + calls + part / D + part / R;
     case TUNE_BROADCAST:
       return 2 * sync_us(k, n) + read_call(k) + S / D;
+    /* Out of place, the common case, each block is read into its place
+     * (one copy); in place they are staged and copied out once more. */
     case TUNE_ALLTOALL:
-      return 2 * sync_us(k, n) + calls + part / D + S / B;
+      return 2 * sync_us(k, n) + calls + part / D + S / n / B;
     default:
       return -1;
   }
@@ -227,7 +254,10 @@ static double net_us(const struct tune_consts* k) {
 static struct tune_consts across(const struct tune_consts* k, int flows) {
   struct tune_consts f = *k;
   f.step_us = fmax(k->step_us, net_us(k));
-  f.copy_gbps = fmin(k->copy_gbps, net_gbps(k) / LOOM_MAX(flows, 1));
+  double cap = net_gbps(k) / LOOM_MAX(flows, 1);
+  f.copy_gbps = fmin(k->copy_gbps, cap);
+  for (int p = 0; p < TUNE_CAL_POINTS; p++)
+    if (f.copy_at[p] > 0) f.copy_at[p] = fmin(f.copy_at[p], cap);
   f.nhosts = 1;
   return f;
 }
@@ -240,7 +270,7 @@ static int ranks_here(const struct tune_consts* k, int n) {
 /* The flat algorithms, all ranks alike (the caller sets the constants). */
 static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tune_algo a, int n,
                       double S, double sl) {
-  double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
+  double B = copy_bw(k, S), R = reduce_bw(k, S);
   double t = -1;
   if (a == TUNE_READ) return read_us(k, coll, n, S);
   switch (coll) {
@@ -319,7 +349,7 @@ enum tune_algo tune_hier_cross(const struct tune_consts* k, int nhosts, size_t p
 static double hier_us(const struct tune_consts* k, double S, double sl) {
   int L = k->local, H = k->nhosts;
   if (H < 2 || L < 2 || !k->even) return -1;
-  double B = k->copy_gbps * 1e3, R = k->reduce_gbps * 1e3;
+  double B = copy_bw(k, S), R = reduce_bw(k, S);
   double steps = (L - 1) * slices(S / L, sl) * k->step_us, part = (double)(L - 1) / L * S;
   struct tune_consts net = cross_consts(k);
   double cross =
@@ -331,9 +361,9 @@ double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tu
                        int nranks, size_t bytes_in, size_t slice_bytes) {
   int n = nranks;
   double S = (double)bytes_in, sl = (double)LOOM_MAX(slice_bytes, (size_t)64);
-  double B = k->copy_gbps * 1e3;
   double t = -1;
-  if (n <= 1) return a == TUNE_RING || a == TUNE_PAIRWISE || a == TUNE_DIRECT ? S / B : -1;
+  if (n <= 1)
+    return a == TUNE_RING || a == TUNE_PAIRWISE || a == TUNE_DIRECT ? S / copy_bw(k, S) : -1;
   if (a == TUNE_HIER) {
     t = coll == TUNE_ALLREDUCE ? hier_us(k, S, sl) : -1;
   } else if (k->nhosts > 1) {

@@ -39,17 +39,27 @@ enum tune_algo {
 };
 #define TUNE_ALGO_BIT(a) (1u << (a))
 
+/* The sizes at which the calibration measures the bandwidths, per rank's
+ * buffer: 64 KiB, 256 KiB, 1 MiB, 4 MiB and 16 MiB. What a copy costs
+ * depends on whether the buffers fit the caches, so one figure cannot serve
+ * every size; between two points the model interpolates on a log scale,
+ * outside them it takes the nearest. */
+#define TUNE_CAL_POINTS 5
+#define TUNE_CAL_FIRST (64u << 10)
+size_t tune_cal_bytes(int point);
+
 /* The measured (or loaded) constants of the model. */
 struct tune_consts {
   double step_us;     /* one pipeline step between two ranks: post, signal, wake */
-  double copy_gbps;   /* one rank's copy bandwidth through a connection, GB/s */
-  double reduce_gbps; /* one rank's reduction bandwidth, GB/s of output */
+  double copy_gbps;   /* one rank's copy bandwidth through a connection, GB/s (16 MiB) */
+  double reduce_gbps; /* one rank's reduction bandwidth, GB/s of output (16 MiB) */
   int ncpus;          /* ranks beyond this share cores */
-  double cma_gbps;    /* reading another process's memory by process_vm_readv, GB/s */
+  double cma_gbps;    /* reading another process's memory by process_vm_readv, GB/s (16 MiB) */
   double cma_us;      /* ... and the cost of one such call (a system call) */
   /* Direct plans' read bandwidth for one communicator: plain loads for
-   * thread ranks (twice copy_gbps: one copy, not two), cma_gbps between
-   * processes. 0: cma_gbps. Set by the communicator, not calibrated. */
+   * thread ranks (twice copy_gbps: one copy, not two; at other sizes it
+   * scales as the copy does); 0 between processes: cross-memory attach
+   * (cma_at, cma_us). Set by the communicator, not calibrated. */
   double read_gbps;
   double read_call_us; /* per read: cma_us between processes, 0 for loads */
   /* The network between hosts: one host's bandwidth to the others, GB/s, and
@@ -63,17 +73,28 @@ struct tune_consts {
   int local;      /* ranks on its most populated host */
   int even;       /* 1 when every host holds `local` ranks */
   int ring_cross; /* most edges of the ring rank -> rank + 1 that leave one host */
+  /* The bandwidths as the plans see them, at each of the TUNE_CAL_POINTS
+   * sizes: two threads at once, each sending its buffer to the other
+   * through a FIFO of slices (copy in, copy out), each reading the other's
+   * buffer by cross-memory attach, each reducing two buffers into a third.
+   * GB/s per rank; 0 (a tuning file without them): the figures above at
+   * every size. */
+  double copy_at[TUNE_CAL_POINTS];
+  double cma_at[TUNE_CAL_POINTS];
+  double reduce_at[TUNE_CAL_POINTS];
 };
 
 /* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh
  * calibration (about 100 ms, then cached). Thread safe; never fails (falls
  * back to built-in values with an INFO line). */
 const struct tune_consts* tune_consts_get(void);
-/* Reads a tuning file (LOOM_TUNING_FILE, or the cache) into k: lines of key and value;
- * need_cma: the line cma_gbps must be there (the cache: an older cache lacks it and is measured
- * again; a tuning file may leave it out, and direct plans are then costed with the copy
- * bandwidth). 0, or -1 when the file is missing, short or out of range. */
-int tune_consts_read(const char* path, struct tune_consts* k, int need_cma);
+/* Reads a tuning file (LOOM_TUNING_FILE, or the cache) into k: lines of key and value, the
+ * tables as copy_gbps@<bytes>, cma_gbps@<bytes> and reduce_gbps@<bytes> at the points'
+ * sizes. cache: every line a calibration writes must be there (an older cache lacks some and
+ * is measured again); a tuning file may leave out cma_gbps (direct plans are then costed
+ * with the copy bandwidth) and the tables (the single figures serve every size). 0, or -1
+ * when the file is missing, short or out of range. */
+int tune_consts_read(const char* path, struct tune_consts* k, int cache);
 /* Measures the constants now (for loom_info and tests). */
 void tune_calibrate(struct tune_consts* out);
 

@@ -1,5 +1,6 @@
-/* The files a user points Loom at: a tuning file (LOOM_TUNING_FILE) and a topology file
- * (LOOM_TOPO_FILE), read through a memory file holding the input. The first byte picks. */
+/* The files a user points Loom at: a tuning file (LOOM_TUNING_FILE, or the calibration's
+ * cache) and a topology file (LOOM_TOPO_FILE), read through a memory file holding the input.
+ * The first byte picks. */
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,7 +19,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (data[0] % 2) {
       struct tune_consts k;
       memset(&k, 0, sizeof(k));
-      tune_consts_read(path, &k, data[0] % 4 == 1);
+      /* What was accepted feeds the model: every collective at a few sizes. */
+      if (tune_consts_read(path, &k, data[0] % 4 == 1) == 0)
+        for (int c = 0; c < TUNE_COLL_COUNT; c++)
+          for (size_t b = 8; b <= (256u << 20); b <<= 5)
+            (void)tune_pick_model(&k, (enum tune_coll)c, 4, b, 256u << 10,
+                                  (1u << TUNE_ALGO_COUNT) - 1);
     } else {
       struct topo_facts f;
       memset(&f, 0, sizeof(f));

@@ -1,5 +1,6 @@
 // test_tune.cc - the tuner picks what its cost model predicts fastest.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,7 +12,8 @@ extern "C" {
 
 namespace {
 
-const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0};
+const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 0.0, 0.0, 0.0,
+                             0.0, 0,   0,    0, 0,   {},  {},  {}};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
 // The families that pass messages through FIFOs (no direct reads).
 const unsigned kFifo = kAll & ~((1u << TUNE_ONESHOT) | (1u << TUNE_TWOSHOT) | (1u << TUNE_READ));
@@ -162,6 +164,117 @@ TEST(Tune, CalibrationGivesUsableConstants) {
   EXPECT_GT(k.copy_gbps, 0);
   EXPECT_GT(k.reduce_gbps, 0);
   EXPECT_GE(k.ncpus, 1);
+  // Every point measured; cross-memory attach at every point or none; the
+  // single figures are the largest point's.
+  for (int p = 0; p < TUNE_CAL_POINTS; p++) {
+    EXPECT_GT(k.copy_at[p], 0) << p;
+    EXPECT_GT(k.reduce_at[p], 0) << p;
+    EXPECT_EQ(k.cma_at[p] > 0, k.cma_gbps > 0) << p;
+  }
+  EXPECT_EQ(k.copy_gbps, k.copy_at[TUNE_CAL_POINTS - 1]);
+  EXPECT_EQ(k.cma_gbps, k.cma_at[TUNE_CAL_POINTS - 1]);
+}
+
+// The tuner never picks a family that moves its bytes in a way the
+// calibration itself measured slower at that size. Two processes: the
+// direct plans read by cross-memory attach what the FIFO families copy in
+// and out; at a size whose buffers the calibration measured reading more
+// than 10% slower than the FIFO exchange, the read, two-shot and one-shot
+// plans must lose (from 1 MiB up, where bandwidth and not the few steps of
+// latency decides). This machine's own calibration, whatever it measured.
+TEST(Tune, NeverAFamilyTheCalibrationMeasuredSlower) {
+  tune_consts k{};
+  tune_calibrate(&k);
+  k.read_gbps = 0;  // between processes
+  k.read_call_us = k.cma_us;
+  if (k.cma_gbps <= 0) GTEST_SKIP() << "cross-memory attach is not allowed here";
+  const unsigned direct = (1u << TUNE_ONESHOT) | (1u << TUNE_TWOSHOT) | (1u << TUNE_READ);
+  int judged = 0;
+  for (int p = 0; p < TUNE_CAL_POINTS; p++) {
+    size_t bytes = tune_cal_bytes(p);
+    if (bytes < (1u << 20)) continue;
+    bool reads_slower = k.cma_at[p] < 0.9 * k.copy_at[p];
+    for (tune_coll c : {TUNE_ALLREDUCE, TUNE_ALLGATHER, TUNE_ALLTOALL}) {
+      tune_algo pick = tune_pick_model(&k, c, 2, bytes, 256 << 10, kAll);
+      if (reads_slower) {
+        EXPECT_FALSE(direct & (1u << pick))
+            << tune_coll_name(c) << " of " << bytes << " B by " << tune_algo_name(pick)
+            << ": reads measured " << k.cma_at[p] << " GB/s, the FIFO " << k.copy_at[p];
+        judged++;
+      }
+    }
+  }
+  if (!judged) GTEST_SKIP() << "reads and copies measured within 10% of each other at every size";
+}
+
+// The tables: a bandwidth that falls with the buffer's size moves the
+// choice with it. Here reads beat the FIFO for buffers that fit a cache and
+// lose for those that do not.
+TEST(Tune, TablesFollowTheBufferSize) {
+  tune_consts k = kConsts;
+  const double copy[TUNE_CAL_POINTS] = {20, 18, 12, 8, 8};
+  const double cma[TUNE_CAL_POINTS] = {80, 72, 60, 4, 3};
+  const double red[TUNE_CAL_POINTS] = {30, 30, 20, 14, 14};
+  for (int p = 0; p < TUNE_CAL_POINTS; p++)
+    k.copy_at[p] = copy[p], k.cma_at[p] = cma[p], k.reduce_at[p] = red[p];
+  k.cma_gbps = 3;
+  k.copy_gbps = 8;
+  EXPECT_EQ(tune_pick_model(&k, TUNE_ALLGATHER, 2, 1u << 20, 256 << 10, kAll), TUNE_READ);
+  EXPECT_EQ(tune_pick_model(&k, TUNE_ALLGATHER, 2, 64u << 20, 256 << 10, kAll), TUNE_RING);
+  // Between points: on a log scale; beyond them: the nearest.
+  double t1 = tune_predict_us(&k, TUNE_ALLGATHER, TUNE_RING, 2, 2u << 20, 256 << 10);
+  double lo = tune_predict_us(&k, TUNE_ALLGATHER, TUNE_RING, 2, 1u << 20, 256 << 10);
+  double hi = tune_predict_us(&k, TUNE_ALLGATHER, TUNE_RING, 2, 4u << 20, 256 << 10);
+  EXPECT_GT(t1, 2 * lo * 0.99);
+  EXPECT_LT(t1, hi);
+  double huge = tune_predict_us(&k, TUNE_ALLGATHER, TUNE_RING, 2, 256u << 20, 256 << 10);
+  double big = tune_predict_us(&k, TUNE_ALLGATHER, TUNE_RING, 2, 16u << 20, 256 << 10);
+  EXPECT_NEAR(huge / big, 16, 0.5);
+  // A table not all there is not used: the single figure serves.
+  tune_consts part = k;
+  part.cma_at[2] = 0;
+  tune_consts flat = k;
+  for (int p = 0; p < TUNE_CAL_POINTS; p++) flat.cma_at[p] = 0;
+  EXPECT_EQ(tune_predict_us(&part, TUNE_ALLTOALL, TUNE_READ, 2, 1u << 20, 256 << 10),
+            tune_predict_us(&flat, TUNE_ALLTOALL, TUNE_READ, 2, 1u << 20, 256 << 10));
+}
+
+// A tuning file and the cache: the tables by key@bytes at the points'
+// sizes; the cache must have all of them, a tuning file none or some; a
+// value no bandwidth has is refused.
+TEST(Tune, TablesInFiles) {
+  char path[] = "/tmp/loom-tune-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  auto write = [&](const std::string& text) {
+    FILE* f = fopen(path, "w");
+    fputs(text.c_str(), f);
+    fclose(f);
+  };
+  const std::string base = "step_us 2\ncopy_gbps 5\nreduce_gbps 9\nncpus 2\ncma_gbps 3\ncma_us 1\n";
+  tune_consts k{};
+  write(base);
+  EXPECT_EQ(tune_consts_read(path, &k, 0), 0);
+  EXPECT_EQ(tune_consts_read(path, &k, 1), -1);  // a cache without the tables: measure again
+  std::string full = base;
+  for (int p = 0; p < TUNE_CAL_POINTS; p++) {
+    std::string b = std::to_string(tune_cal_bytes(p));
+    full += "copy_gbps@" + b + " " + std::to_string(10 + p) + "\ncma_gbps@" + b + " 4\n" +
+            "reduce_gbps@" + b + " 12\n";
+  }
+  write(full);
+  ASSERT_EQ(tune_consts_read(path, &k, 1), 0);
+  for (int p = 0; p < TUNE_CAL_POINTS; p++) EXPECT_EQ(k.copy_at[p], 10 + p);
+  write(base + "copy_gbps@1048576 7\nreduce_gbps@99 3\n");  // 99 is no point: ignored
+  ASSERT_EQ(tune_consts_read(path, &k, 0), 0);
+  EXPECT_EQ(k.copy_at[2], 7);
+  EXPECT_EQ(k.copy_at[0], 0);
+  for (const char* bad : {"nan", "inf", "-1"}) {
+    write(base + "cma_gbps@65536 " + bad + "\n");
+    EXPECT_EQ(tune_consts_read(path, &k, 0), -1) << bad;
+  }
+  unlink(path);
 }
 
 // LOOM_PROTO: the host path's one protocol by any case, or nothing; any

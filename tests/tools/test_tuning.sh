@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# loom_info --tuning (docs/DESIGN.md, "Choosing an algorithm"): the calibration's tables, and
+# per collective the families a communicator of processes here would choose among: never the
+# ordered family unless LOOM_DETERMINISTIC=1 (then it alone serves the reductions), no direct
+# plans with LOOM_DIRECT=0, and choices that follow a tuning file's tables.
+#   usage: test_tuning.sh LOOM_INFO
+set -u
+
+if [ $# -ne 1 ]; then
+  echo "usage: $0 LOOM_INFO" >&2
+  exit 2
+fi
+INFO=$1
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_tuning.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+export XDG_CACHE_HOME=$TMP/cache # a calibration of its own, never the user's cache
+
+# shellcheck source=tests/tools/cases.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cases.sh"
+
+info() { # ENV... : loom_info --tuning into $TMP/out
+  env "$@" timeout 60 "$INFO" --tuning >"$TMP/out" 2>"$TMP/err" ||
+    { why="exit $?: $(cat "$TMP/err")"; return 1; }
+}
+
+# algos COLL: the algorithms of COLL's rows, one per line.
+algos() { awk -v c="$1" '$1 == c {print $(NF - 5)}' "$TMP/out" | sort -u; }
+
+t_default() {
+  info || return 1
+  # The table of the calibration: five sizes, three positive figures each.
+  local rows
+  rows=$(awk '/^  [0-9]+ [KM]iB/ && $3 > 0 && $5 > 0 {n++} END {print n + 0}' "$TMP/out")
+  [ "$rows" = 5 ] || { why="calibration table: $(head -8 "$TMP/out")"; return 1; }
+  ! grep -q " ordered " "$TMP/out" || { why="ordered offered without LOOM_DETERMINISTIC: $(grep ordered "$TMP/out")"; return 1; }
+  [ -n "$(algos allreduce)" ] || { why="no all-reduce rows: $(cat "$TMP/out")"; return 1; }
+  # The cache it wrote has the tables.
+  grep -q "^copy_gbps@16777216 " "$TMP"/cache/loom/tuning-*.txt ||
+    { why="cache without tables: $(cat "$TMP"/cache/loom/tuning-*.txt)"; return 1; }
+}
+
+t_deterministic() {
+  info LOOM_DETERMINISTIC=1 || return 1
+  local c
+  for c in allreduce reduce reducescatter; do
+    [ "$(algos $c)" = ordered ] || { why="$c: $(algos $c | tr '\n' ' ')"; return 1; }
+  done
+  [ "$(algos allgather)" != ordered ] || { why="ordered serves all-gather"; return 1; }
+}
+
+t_no_direct() {
+  info LOOM_DIRECT=0 || return 1
+  ! grep -qE " (oneshot|twoshot|read) " "$TMP/out" || { why="direct plans with LOOM_DIRECT=0: $(grep -E ' (oneshot|twoshot|read) ' "$TMP/out")"; return 1; }
+}
+
+# tuning CMA_GBPS: a tuning file whose FIFO runs at 8 GB/s at every size and cross-memory
+# attach at CMA_GBPS.
+tuning() {
+  local f=$TMP/tuning.txt b
+  printf 'step_us 2\ncopy_gbps 8\nreduce_gbps 12\nncpus 2\ncma_gbps %s\ncma_us 1\n' "$1" >"$f"
+  for b in 65536 262144 1048576 4194304 16777216; do
+    printf 'copy_gbps@%s 8\ncma_gbps@%s %s\nreduce_gbps@%s 12\n' "$b" "$b" "$1" "$b" >>"$f"
+  done
+  echo "$f"
+}
+
+t_file_tables() {
+  info LOOM_TUNING_FILE="$(tuning 80)" || return 1
+  grep -q "^  1 MiB  *8.00  *80.00  *12.00" "$TMP/out" || { why="tables not the file's: $(head -8 "$TMP/out")"; return 1; }
+  # Reads ten times faster than the FIFO: a large all-gather reads.
+  awk '$1 == "allgather" && $2 == 2' "$TMP/out" | tail -1 | grep -q " read " ||
+    { why="fast reads not taken: $(grep '^allgather' "$TMP/out")"; return 1; }
+  info LOOM_TUNING_FILE="$(tuning 0.8)" || return 1
+  # Ten times slower: no size of any collective reads.
+  ! grep -qE " (oneshot|twoshot|read) " "$TMP/out" || { why="slow reads taken: $(grep -E ' (oneshot|twoshot|read) ' "$TMP/out")"; return 1; }
+}
+
+run_case "the calibration's tables; no ordered family by default" t_default
+run_case "LOOM_DETERMINISTIC=1: the ordered family alone serves the reductions" t_deterministic
+run_case "LOOM_DIRECT=0: no direct plans" t_no_direct
+run_case "a tuning file's tables drive the choice" t_file_tables
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
