@@ -1,5 +1,5 @@
 /* calibrate.c - the constants of the cost model: measured on this host at
- * first use (about 100 ms) and cached under the user's cache directory, or
+ * first use (about half a second) and cached under the user's cache directory, or
  * read from LOOM_TUNING_FILE. */
 #include <errno.h>
 #include <pthread.h>
