@@ -63,8 +63,12 @@ struct cal_pair {
   _Atomic int failed;
 };
 
-static void cal_wait(const struct cal_pair* cp) {
-  if (cp->spin)
+/* One poll that found nothing to do. idle counts them since the last that
+ * did: a short spin, then the core goes to whoever else wants it (with more
+ * threads than cores, as when every rank of a job calibrates at once on a
+ * fresh machine, the peer this one waits for may be waiting for the core). */
+static void cal_wait(const struct cal_pair* cp, int* idle) {
+  if (cp->spin && ++*idle < 2000)
     cpu_relax();
   else
     sched_yield();
@@ -78,6 +82,7 @@ static void cal_fifo_run(struct cal_pair* cp, int me, size_t at) {
   char* dst = cp->dst[me] + at;
   size_t total = cp->bytes, sent = 0, got = 0;
   uint64_t s = 0, r = 0;
+  int idle = 0;
   while (sent < total || got < total) {
     int moved = 0;
     if (sent < total && s - atomic_load_explicit(&out->tail, memory_order_acquire) < CAL_SLOTS) {
@@ -94,7 +99,10 @@ static void cal_fifo_run(struct cal_pair* cp, int me, size_t at) {
       atomic_store_explicit(&in->tail, ++r, memory_order_release);
       moved = 1;
     }
-    if (!moved) cal_wait(cp);
+    if (moved)
+      idle = 0;
+    else
+      cal_wait(cp, &idle);
   }
 }
 
@@ -236,11 +244,19 @@ struct pingpong {
   int rounds;
 };
 
+/* Waits for turn to reach want: a spin, then yields (see cal_wait). */
+static void turn_wait(_Atomic uint32_t* turn, uint32_t want) {
+  for (int idle = 0; atomic_load_explicit(turn, memory_order_acquire) != want;)
+    if (++idle < 2000)
+      cpu_relax();
+    else
+      sched_yield();
+}
+
 static void* pong_main(void* arg) {
   struct pingpong* pp = arg;
   for (int i = 0; i < pp->rounds; i++) {
-    while (atomic_load_explicit(&pp->turn, memory_order_acquire) != (uint32_t)(2 * i + 1))
-      cpu_relax();
+    turn_wait(&pp->turn, (uint32_t)(2 * i + 1));
     atomic_store_explicit(&pp->turn, (uint32_t)(2 * i + 2), memory_order_release);
   }
   return NULL;
@@ -266,8 +282,7 @@ static double step_us_measure(void) {
     uint64_t t0 = time_now_ns();
     for (int i = 40 * b; i < 40 * (b + 1); i++) {
       atomic_store_explicit(&pp.turn, (uint32_t)(2 * i + 1), memory_order_release);
-      while (atomic_load_explicit(&pp.turn, memory_order_acquire) != (uint32_t)(2 * i + 2))
-        cpu_relax();
+      turn_wait(&pp.turn, (uint32_t)(2 * i + 2));
     }
     half_rt[done++] = (double)(time_now_ns() - t0) / 1e3 / 40 / 2;
   }
