@@ -64,11 +64,12 @@ struct cal_pair {
 };
 
 /* One poll that found nothing to do. idle counts them since the last that
- * did: a short spin, then the core goes to whoever else wants it (with more
- * threads than cores, as when every rank of a job calibrates at once on a
- * fresh machine, the peer this one waits for may be waiting for the core). */
-static void cal_wait(const struct cal_pair* cp, int* idle) {
-  if (cp->spin && ++*idle < 2000)
+ * did: a short spin (where spin allows), then the core goes to whoever else
+ * wants it (with more threads than cores, as when every rank of a job
+ * calibrates at once on a fresh machine, the peer this one waits for may be
+ * waiting for the core). */
+static void poll_pause(int* idle, int spin) {
+  if (spin && ++*idle < 2000)
     cpu_relax();
   else
     sched_yield();
@@ -102,7 +103,7 @@ static void cal_fifo_run(struct cal_pair* cp, int me, size_t at) {
     if (moved)
       idle = 0;
     else
-      cal_wait(cp, &idle);
+      poll_pause(&idle, cp->spin);
   }
 }
 
@@ -244,13 +245,10 @@ struct pingpong {
   int rounds;
 };
 
-/* Waits for turn to reach want: a spin, then yields (see cal_wait). */
+/* Waits for turn to reach want (poll_pause between looks). */
 static void turn_wait(_Atomic uint32_t* turn, uint32_t want) {
   for (int idle = 0; atomic_load_explicit(turn, memory_order_acquire) != want;)
-    if (++idle < 2000)
-      cpu_relax();
-    else
-      sched_yield();
+    poll_pause(&idle, 1);
 }
 
 static void* pong_main(void* arg) {

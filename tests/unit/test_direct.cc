@@ -47,9 +47,12 @@ struct Case {
   bool avg;
 };
 
-// Builds every rank's plan, lets mutate break them, and runs the checker.
+// Builds every rank's plan, lets mutate break (or inspect) them, and runs the
+// checker; in_place_too: prove them in place as well, whatever they were
+// built for.
 std::string Check(const Algo& algo, const Case& c,
-                  const std::function<void(std::vector<plan>&)>& mutate = nullptr) {
+                  const std::function<void(std::vector<plan>&)>& mutate = nullptr,
+                  bool in_place_too = false) {
   std::vector<plan> p(c.n);
   std::string err;
   for (int r = 0; r < c.n; r++) {
@@ -72,7 +75,7 @@ std::string Check(const Algo& algo, const Case& c,
     spec.nranks = c.n;
     spec.count = c.count;
     spec.root = c.root;
-    spec.distinct = algo.distinct;
+    spec.distinct = algo.distinct && !in_place_too;
     char why[512] = "";
     if (plan_check_spec(&spec, p.data(), why, sizeof(why)) != 0) err = why[0] ? why : "failed";
   }
@@ -132,41 +135,20 @@ TEST(DirectChecker, CatchesAReadOfWhatThePeerWritesInThePhase) {
 TEST(DirectChecker, TheOneCopyAllToAllIsForDistinctBuffersOnly) {
   const Algo& oop = kAlgos[std::size(kAlgos) - 1];
   ASSERT_TRUE(oop.distinct);
-  EXPECT_EQ(Check(oop, {3, 5, 1 << 20, 0, false, false}), "");
-  std::vector<plan> p(3);
-  for (int r = 0; r < 3; r++) {
-    plan_init(&p[r], r, 3, "test");
-    coll_args a = {};
-    a.nranks = 3;
-    a.rank = r;
-    a.count = 5;
-    a.slice_elems = 1 << 20;
-    a.distinct = 1;
-    ASSERT_EQ(read_alltoall_build(&a, &p[r]), loomSuccess);
-  }
-  check_spec spec = {};
-  spec.kind = CHECK_ALLTOALL;
-  spec.nranks = 3;
-  spec.count = 5;
-  char why[512] = "";
-  EXPECT_NE(plan_check_spec(&spec, p.data(), why, sizeof(why)), 0);
-  EXPECT_NE(std::string(why).find("in-place"), std::string::npos) << why;
-  for (auto& q : p) plan_free(&q);
   // One scratch-free copy per block: no staging, one op per block.
-  plan q;
-  plan_init(&q, 0, 3, "test");
-  coll_args a = {};
-  a.nranks = 3;
-  a.count = 5;
-  a.slice_elems = 1 << 20;
-  a.distinct = 1;
-  ASSERT_EQ(read_alltoall_build(&a, &q), loomSuccess);
-  EXPECT_EQ(q.buf_count[PB_SCRATCH], 0u);
-  int copies = 0;
-  for (uint32_t o = 0; o < q.nops; o++)
-    copies += q.ops[o].kind == OP_COPY || q.ops[o].kind == OP_PEER_COPY;
-  EXPECT_EQ(copies, 3);
-  plan_free(&q);
+  EXPECT_EQ(Check(oop, {3, 5, 1 << 20, 0, false, false},
+                  [](std::vector<plan>& p) {
+                    const plan& q = p[0];
+                    EXPECT_EQ(q.buf_count[PB_SCRATCH], 0u);
+                    int copies = 0;
+                    for (uint32_t o = 0; o < q.nops; o++)
+                      copies += q.ops[o].kind == OP_COPY || q.ops[o].kind == OP_PEER_COPY;
+                    EXPECT_EQ(copies, 3);
+                  }),
+            "");
+  std::string why = Check(oop, {3, 5, 1 << 20, 0, false, false}, nullptr, true);
+  EXPECT_NE(why, "");
+  EXPECT_NE(why.find("in-place"), std::string::npos) << why;
 }
 
 TEST(DirectChecker, CatchesAReadBeforeTheFirstSyncOrAfterTheLast) {
