@@ -180,13 +180,17 @@ TEST(Tune, CalibrationGivesUsableConstants) {
 // direct plans read by cross-memory attach what the FIFO families copy in
 // and out; at a size whose buffers the calibration measured reading more
 // than 10% slower than the FIFO exchange, the read, two-shot and one-shot
-// plans must lose (from 1 MiB up, where bandwidth and not the few steps of
-// latency decides). This machine's own calibration, whatever it measured.
+// plans must lose. This machine's own tables, whatever they measured; the
+// latencies are set aside: on a loaded machine (a test suite running in
+// parallel) the step measures tens of microseconds, and then a plan with
+// fewer steps rightly wins at 1 MiB even with slower bytes.
 TEST(Tune, NeverAFamilyTheCalibrationMeasuredSlower) {
   tune_consts k{};
   tune_calibrate(&k);
   k.read_gbps = 0;  // between processes
-  k.read_call_us = k.cma_us;
+  k.step_us = 0;
+  k.cma_us = 0;
+  k.read_call_us = 0;
   if (k.cma_gbps <= 0) GTEST_SKIP() << "cross-memory attach is not allowed here";
   const unsigned direct = (1u << TUNE_ONESHOT) | (1u << TUNE_TWOSHOT) | (1u << TUNE_READ);
   int judged = 0;
