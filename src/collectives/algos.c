@@ -15,6 +15,7 @@ typedef loomResult_t (*gen_fn)(const struct coll_args* a, struct plan* out);
 /* Both enums come from core/colls.def; the collectives layer adds send and
  * receive after the table. */
 _Static_assert((int)TUNE_COLL_COUNT == (int)COLL_SEND, "coll_kind extends colls.def");
+_Static_assert(TUNE_LINES_BYTES == TP_LINES_BYTES, "the model and the transport agree on lines");
 
 static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
     [COLL_ALLREDUCE] = {[TUNE_RING] = ring_allreduce_build,
@@ -24,7 +25,8 @@ static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
                         [TUNE_TWOSHOT] = twoshot_allreduce_build,
                         [TUNE_HIER] = hier_allreduce_build,
                         [TUNE_DOUBLING] = doubling_allreduce_build,
-                        [TUNE_ORDERED] = ordered_allreduce_build},
+                        [TUNE_ORDERED] = ordered_allreduce_build,
+                        [TUNE_LINES] = lines_allreduce_build},
     [COLL_BROADCAST] = {[TUNE_RING] = ring_broadcast_build,
                         [TUNE_TREE] = tree_broadcast_build,
                         [TUNE_READ] = read_broadcast_build},
@@ -33,11 +35,13 @@ static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
                      [TUNE_ORDERED] = ordered_reduce_build},
     [COLL_ALLGATHER] = {[TUNE_RING] = ring_allgather_build,
                         [TUNE_RHD] = rhd_allgather_build,
-                        [TUNE_READ] = read_allgather_build},
+                        [TUNE_READ] = read_allgather_build,
+                        [TUNE_LINES] = lines_allgather_build},
     [COLL_REDUCESCATTER] = {[TUNE_RING] = ring_reducescatter_build,
                             [TUNE_RHD] = rhd_reducescatter_build,
                             [TUNE_READ] = read_reducescatter_build,
-                            [TUNE_ORDERED] = ordered_reducescatter_build},
+                            [TUNE_ORDERED] = ordered_reducescatter_build,
+                            [TUNE_LINES] = lines_reducescatter_build},
     [COLL_ALLTOALL] = {[TUNE_PAIRWISE] = pairwise_alltoall_build,
                        [TUNE_BRUCK] = bruck_alltoall_build,
                        [TUNE_READ] = read_alltoall_build},
@@ -73,12 +77,13 @@ unsigned algo_available(enum coll_kind kind) {
   return avail;
 }
 
-unsigned algo_candidates(enum coll_kind kind, int direct, int deterministic,
+unsigned algo_candidates(enum coll_kind kind, int direct, int lines, int deterministic,
                          const struct tune_consts* k) {
   unsigned avail = algo_available(kind);
   /* Direct plans read the peers' buffers with loads or cross-memory
    * attach: host memory only. */
   if (!direct) avail &= ~DIRECT_ALGOS;
+  if (!lines) avail &= ~TUNE_ALGO_BIT(TUNE_LINES);
   /* Two levels need two levels: several hosts, several ranks on each, the
    * same number everywhere. */
   if (k->nhosts < 2 || k->local < 2 || !k->even) avail &= ~TUNE_ALGO_BIT(TUNE_HIER);
@@ -121,8 +126,13 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
     a.rdispls = t->v + 3 * n;
   }
   const struct tune_consts* k = &comm->coll->tune;
-  unsigned avail =
-      algo_candidates(t->kind, tp_direct_ok(comm) && t->mem == MEM_HOST, comm->deterministic, k);
+  /* Lines: host memory among the ranks of one host, what one rank puts
+   * fitting them (all-reduce: the vector; all-gather: its block;
+   * reduce-scatter: its whole input). */
+  size_t put = task_bytes(t, n) / (t->kind == COLL_ALLGATHER ? (size_t)n : 1);
+  int lines = tp_lines_ok(comm) && t->mem == MEM_HOST && put <= TP_LINES_BYTES;
+  unsigned avail = algo_candidates(t->kind, tp_direct_ok(comm) && t->mem == MEM_HOST, lines,
+                                   comm->deterministic, k);
   if (!avail)
     return err_set(comm, loomInternalError, "no algorithm can serve collective kind %d", t->kind);
   enum tune_algo algo =

@@ -26,7 +26,13 @@
  * latest phase a peer read it in; a peer read of an element its owner
  * writes in the same phase (before or after the read) is a race, as is a
  * read before the first sync (no addresses yet) or after the last (the
- * owner may have returned). */
+ * owner may have returned).
+ *
+ * Plans with lines (lines.c): each rank's lines are one more array of
+ * symbols, which its put fills; a read of a peer's lines waits (stands alone
+ * in its step, retried when any rank puts) until every element it reads is
+ * there. A rank puts at most once per call, and reads the lines only of
+ * ranks that read its own: what lets the next call but one reuse them. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +63,9 @@ struct rank_sim {
   uint32_t pending;            /* its sends and receives (and sync) not yet done */
   int entered;                 /* local ops ran and comm ops are posted */
   uint32_t phase;              /* syncs passed */
+  struct sym* lines;           /* its lines (plan's lines_count) */
+  uint8_t* lines_put;          /* per element of lines: put in this call */
+  int lines_wait;              /* its current step waits for a peer's lines */
 };
 
 struct kind_desc {
@@ -85,12 +94,14 @@ struct sim {
   const size_t* a2av;
   size_t *sdispl, *rdispl, *row, *col;
   struct rank_sim* rk;
-  struct sym* mem;   /* every rank's buffers, one block */
-  uint32_t* wphase;  /* per element of mem: 1 + the phase its owner last wrote it in, 0: never */
-  uint32_t* rphase;  /* per element of mem: 1 + the last phase a peer read it in, 0: never */
-  int* arrived;      /* per sync: ranks that reached it */
-  uint32_t nsyncs;   /* syncs in every rank's plan */
-  struct sym* want;  /* one rank's expected RECV */
+  struct sym* mem;  /* every rank's buffers, one block */
+  uint32_t* wphase; /* per element of mem: 1 + the phase its owner last wrote it in, 0: never */
+  uint32_t* rphase; /* per element of mem: 1 + the last phase a peer read it in, 0: never */
+  int* arrived;     /* per sync: ranks that reached it */
+  uint32_t nsyncs;  /* syncs in every rank's plan */
+  struct sym* want; /* one rank's expected RECV */
+  struct sym* lines_mem;
+  uint8_t* lines_put_mem;
   struct link* link; /* by global op id */
   uint8_t* state;    /* by global op id: POSTED, DONE */
   int *stack, nstack;
@@ -236,6 +247,12 @@ static int is_comm(unsigned kind) {
 static int is_peer(unsigned kind) {
   return kind == OP_PEER_COPY || kind == OP_PEER_REDUCE;
 }
+static int is_lines_read(unsigned kind) {
+  return kind == OP_LINES_COPY || kind == OP_LINES_REDUCE;
+}
+static int is_lines(unsigned kind) {
+  return kind == OP_LINES_PUT || is_lines_read(kind);
+}
 static int reads_src(unsigned kind) {
   return kind != OP_RECV && kind != OP_SYNC;
 }
@@ -277,10 +294,26 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
   const char* name = plan_op_name(op->kind);
   if (op->kind >= OP_KIND_COUNT) return fail(s, "rank %d step %u: unknown op %u", r, t, op->kind);
   if (op->count == 0) return fail(s, "rank %d step %u: %s of 0 elements", r, t, name);
-  int with_peer = is_comm(op->kind) || is_peer(op->kind);
-  if (with_peer ? op->peer < 0 || op->peer >= s->nranks || op->peer == r : op->peer != -1)
+  int with_peer = is_comm(op->kind) || is_peer(op->kind) || is_lines_read(op->kind);
+  /* A rank reads its own lines like anyone's. */
+  int self_ok = is_lines_read(op->kind);
+  if (with_peer ? op->peer < 0 || op->peer >= s->nranks || (op->peer == r && !self_ok)
+                : op->peer != -1)
     return fail(s, "rank %d step %u: %s with peer %d", r, t, name, op->peer);
   if (op->kind == OP_SYNC) return 0;
+  if (is_lines(op->kind)) {
+    struct plan_ref ln = op->kind == OP_LINES_PUT ? op->dst : op->src;
+    int owner = op->kind == OP_LINES_PUT ? r : op->peer;
+    size_t have = s->plans[owner].lines_count;
+    if (ln.buf != PB_LINES)
+      return fail(s, "rank %d step %u: %s names %s, not the lines", r, t, name,
+                  plan_buf_name(ln.buf));
+    if (ln.off > have || op->count > have - ln.off)
+      return fail(s, "rank %d step %u: %s touches rank %d's lines[%zu..%zu), out of bounds (%zu)",
+                  r, t, name, owner, ln.off, ln.off + op->count, have);
+  } else if (op->src.buf == PB_LINES || op->dst.buf == PB_LINES) {
+    return fail(s, "rank %d step %u: %s names the lines", r, t, name);
+  }
   if (!(s->kind->flags & COLLF_REDUCES) && (op->kind == OP_PREMUL || op->kind == OP_DIV))
     return fail(s, "rank %d step %u: %s in a %s plan, which reduces nothing", r, t, name,
                 s->kind->name);
@@ -289,13 +322,16 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
   for (int w = 0; w < 2; w++) {
     struct plan_ref ref = w ? op->dst : op->src;
     int owner = w ? r : src_owner;
+    if (ref.buf == PB_LINES) continue;
     if (!(w ? writes_dst(op->kind) : reads_src(op->kind)) || !absent(s, owner, ref.buf)) continue;
     return fail(s, "rank %d step %u: %s %s %s %s buffer, which only the root (rank %d) has in a %s",
                 r, t, name, w ? "writes" : "reads", owner == r ? "the" : "a peer's",
                 ref.buf == PB_SEND ? "send" : "receive", s->root, s->kind->name);
   }
-  if (reads_src(op->kind) && ref_ok(s, r, t, op, op->src, src_owner)) return -1;
-  if (writes_dst(op->kind) && ref_ok(s, r, t, op, op->dst, r)) return -1;
+  if (reads_src(op->kind) && !is_lines_read(op->kind) && ref_ok(s, r, t, op, op->src, src_owner))
+    return -1;
+  if (writes_dst(op->kind) && op->kind != OP_LINES_PUT && ref_ok(s, r, t, op, op->dst, r))
+    return -1;
   if (writes_dst(op->kind) && op->dst.buf == PB_SEND) /* the API takes it as const */
     return fail(s, "rank %d step %u: %s writes the send buffer", r, t, name);
   /* The plans ask for premul or avg by holding such ops; the final state
@@ -303,6 +339,50 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
   if (op->kind == OP_PREMUL) s->want_flags |= SYM_SCALED;
   if (op->kind == OP_DIV) s->want_flags |= SYM_DIVIDED;
   return 0;
+}
+
+/* Lines: one put at most, each read alone in its step, no syncs, sends or
+ * receives beside them. */
+static int lines_ok(struct sim* s, int r) {
+  const struct plan* p = &s->plans[r];
+  int puts = 0, lines = 0, other = 0;
+  for (uint32_t t = 0; t < p->nsteps; t++) {
+    const struct plan_step* st = &p->steps[t];
+    for (uint32_t o = st->op_begin; o < st->op_end; o++) {
+      unsigned kind = p->ops[o].kind;
+      puts += kind == OP_LINES_PUT;
+      lines |= is_lines(kind);
+      other |= is_comm(kind) || kind == OP_SYNC;
+      if (is_lines_read(kind) && st->op_end - st->op_begin != 1)
+        return fail(s, "rank %d step %u: a read of lines shares its step with other ops", r, t);
+    }
+  }
+  if (puts > 1) return fail(s, "rank %d: puts its lines %d times in one call", r, puts);
+  if (lines && other) return fail(s, "rank %d: a plan with lines also sends, receives or syncs", r);
+  return 0;
+}
+
+/* Whoever reads a rank's lines reads the lines of that rank's readers too:
+ * rank q reads p's lines only if p reads q's (lines.c says why). */
+static int lines_pairs_ok(struct sim* s) {
+  int n = s->nranks;
+  uint8_t* reads = calloc((size_t)n * (size_t)n, 1);
+  if (!reads) return fail(s, "out of memory");
+  for (int r = 0; r < n; r++) {
+    const struct plan* p = &s->plans[r];
+    for (uint32_t o = 0; o < p->nops; o++)
+      if (is_lines_read(p->ops[o].kind)) reads[(size_t)r * n + p->ops[o].peer] = 1;
+  }
+  int rc = 0;
+  for (int q = 0; q < n && !rc; q++)
+    for (int p = 0; p < n && !rc; p++)
+      if (p != q && reads[(size_t)q * n + p] && !reads[(size_t)p * n + q])
+        rc = fail(s,
+                  "rank %d reads rank %d's lines but rank %d never reads rank %d's: rank %d's "
+                  "next call but one could overwrite what rank %d still reads",
+                  q, p, p, q, p, q);
+  free(reads);
+  return rc;
 }
 
 /* Syncs stand alone in their step; peer reads lie between the first sync and
@@ -333,7 +413,7 @@ static int syncs_ok(struct sim* s, int r) {
   }
   if (r > 0 && total != s->nsyncs)
     return fail(s, "rank %d has %u syncs, rank 0 has %u", r, total, s->nsyncs);
-  return 0;
+  return lines_ok(s, r);
 }
 
 static int plan_ok(struct sim* s, int r) {
@@ -352,6 +432,7 @@ static int plan_ok(struct sim* s, int r) {
                 p->buf_count[PB_SEND], p->buf_count[PB_RECV], s->kind->name, want_send, want_recv);
   for (int b = 0; b < PB_COUNT; b++)
     if (p->buf_count[b] > INT32_MAX) return fail(s, "rank %d: buffers too large to check", r);
+  if (p->lines_count > INT32_MAX) return fail(s, "rank %d: lines too large to check", r);
   if (p->nops > 0 && (p->ops == NULL || p->steps == NULL || p->nsteps == 0))
     return fail(s, "rank %d: plan has ops but no steps", r);
   /* Steps tile the ops in order, as plan.c builds them: every op runs once. */
@@ -479,6 +560,16 @@ static int step_hazards(struct sim* s, int r, struct access* acc) {
   for (uint32_t o = st->op_begin; o < st->op_end; o++) {
     const struct plan_op* op = &p->ops[o];
     if (op->kind == OP_SYNC) continue;
+    if (op->kind == OP_LINES_PUT) { /* reads src; its lines are its own array */
+      struct sym* src = at(s, r, op->src);
+      acc[n++] = (struct access){src, src + op->count, o, 0};
+      continue;
+    }
+    if (is_lines_read(op->kind)) { /* alone in its step */
+      struct sym* dst = at(s, r, op->dst);
+      acc[n++] = (struct access){dst, dst + op->count, o, 1};
+      continue;
+    }
     struct sym *src = at(s, r, op->src), *dst = at(s, r, op->dst);
     int rd = reads_src(op->kind) && !is_peer(op->kind), wr = writes_dst(op->kind);
     if (rd && wr && src == dst) rd = 0;
@@ -615,9 +706,54 @@ static void sync_arrive(struct sim* s, int r) {
   }
 }
 
+/* ---- Lines ---- */
+
+/* Rank r fills its lines; every rank waiting for lines tries again. */
+static int lines_put(struct sim* s, int r, const struct plan_op* op) {
+  struct rank_sim* k = &s->rk[r];
+  const struct sym* src = at(s, r, op->src);
+  for (size_t i = 0; i < op->count; i++) {
+    size_t at_i = op->dst.off + i;
+    if (k->lines_put[at_i])
+      return fail(s, "rank %d step %u: puts lines[%zu] twice in one call", r, k->cur, at_i);
+    k->lines[at_i] = src[i];
+    k->lines_put[at_i] = 1;
+  }
+  for (int q = 0; q < s->nranks; q++)
+    if (s->rk[q].lines_wait) {
+      s->rk[q].lines_wait = 0;
+      s->rk[q].entered = 0;
+      s->rk[q].pending = 0;
+      s->stack[s->nstack++] = q;
+    }
+  return 0;
+}
+
+/* Rank r reads op->peer's lines, or waits (pending) until they are put. */
+static int lines_read(struct sim* s, int r, const struct plan_op* op) {
+  struct rank_sim *k = &s->rk[r], *w = &s->rk[op->peer];
+  for (size_t i = 0; i < op->count; i++)
+    if (!w->lines_put[op->src.off + i]) {
+      k->lines_wait = 1;
+      k->pending = 1;
+      return 0;
+    }
+  const struct sym* src = w->lines + op->src.off;
+  struct sym* dst = at(s, r, op->dst);
+  if (op->kind == OP_LINES_COPY) {
+    memcpy(dst, src, op->count * sizeof(*dst));
+    return 0;
+  }
+  for (size_t i = 0; i < op->count; i++)
+    if (combine(s, r, op->dst, i, dst[i], src[i], &dst[i])) return -1;
+  return 0;
+}
+
 /* Element by element in order, so an op onto its own range reads each
  * element before writing it, as the executors do. */
 static int run_local(struct sim* s, int r, const struct plan_op* op) {
+  if (op->kind == OP_LINES_PUT) return lines_put(s, r, op);
+  if (is_lines_read(op->kind)) return lines_read(s, r, op);
   const struct sym* src = at(s, r, op->src);
   struct sym* dst = at(s, r, op->dst);
   if (is_peer(op->kind)) return peer_read(s, r, op);
@@ -712,6 +848,14 @@ static int report_deadlock(struct sim* s) {
       if (n > 0 && (size_t)n < sizeof(text) - pos) pos += (size_t)n;
       continue;
     }
+    if (is_lines_read(k->p->ops[o].kind)) {
+      const struct plan_op* op = &k->p->ops[o];
+      int n = snprintf(text + pos, sizeof(text) - pos,
+                       "%srank %d step %u (reads rank %d's lines[%zu..%zu), never all put)",
+                       pos ? "; " : "", r, k->cur, op->peer, op->src.off, op->src.off + op->count);
+      if (n > 0 && (size_t)n < sizeof(text) - pos) pos += (size_t)n;
+      continue;
+    }
     while (o < end && (!is_comm(k->p->ops[o].kind) || s->state[k->op_base + o] == DONE)) o++;
     if (o == end) continue; /* cannot be: it would have moved on */
     struct link other = s->link[k->op_base + o];
@@ -748,6 +892,9 @@ static void sim_reset(struct sim* s, int inplace) {
     k->cur = k->pending = 0;
     k->entered = 0;
     k->phase = 0;
+    k->lines_wait = 0;
+    for (size_t i = 0; i < k->p->lines_count; i++) k->lines[i] = garbage;
+    memset(k->lines_put, 0, k->p->lines_count);
   }
   size_t nsyms = (size_t)(s->want - s->mem);
   memset(s->wphase, 0, nsyms * sizeof(*s->wphase));
@@ -833,6 +980,17 @@ static int sim_alloc(struct sim* s) {
       m += s->plans[r].buf_count[b];
     }
   s->want = m;
+  size_t nlines = 0;
+  for (int r = 0; r < s->nranks; r++) nlines += s->plans[r].lines_count;
+  s->lines_mem = malloc((nlines + 1) * sizeof(*s->lines_mem));
+  s->lines_put_mem = malloc(nlines + 1);
+  if (s->lines_mem == NULL || s->lines_put_mem == NULL) return -1;
+  size_t at_l = 0;
+  for (int r = 0; r < s->nranks; r++) {
+    s->rk[r].lines = s->lines_mem + at_l;
+    s->rk[r].lines_put = s->lines_put_mem + at_l;
+    at_l += s->plans[r].lines_count;
+  }
   s->wphase = calloc(nsyms + 1, sizeof(*s->wphase));
   s->rphase = calloc(nsyms + 1, sizeof(*s->rphase));
   s->arrived = calloc(s->nsyncs + 1, sizeof(*s->arrived));
@@ -885,7 +1043,7 @@ static int check_args(struct sim* s, const struct check_spec* spec) {
   s->all = s->nranks == 64 ? ~(uint64_t)0 : ((uint64_t)1 << s->nranks) - 1;
   for (int r = 0; r < s->nranks; r++)
     if (plan_ok(s, r)) return -1;
-  return 0;
+  return lines_pairs_ok(s);
 }
 
 /* Whether any rank's call may be in place. */
@@ -914,6 +1072,8 @@ out:
   free(s.state);
   free(s.link);
   free(s.mem);
+  free(s.lines_mem);
+  free(s.lines_put_mem);
   free(s.wphase);
   free(s.rphase);
   free(s.arrived);

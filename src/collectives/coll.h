@@ -188,10 +188,11 @@ struct plan_obj* plan_obj_new(void);
 /* The algorithms (TUNE_ALGO_BIT mask) that can serve kind. */
 unsigned algo_available(enum coll_kind kind);
 /* Those among them the tuner may pick for one call: direct plans only when
- * direct (every rank on one host, host memory), the two-level all-reduce
+ * direct (every rank on one host, host memory), lines only when lines (one
+ * host, host memory, what a rank puts fits them), the two-level all-reduce
  * only on an even layout of several hosts (k's shape), and the ordered
  * family alone when deterministic, never otherwise. */
-unsigned algo_candidates(enum coll_kind kind, int direct, int deterministic,
+unsigned algo_candidates(enum coll_kind kind, int direct, int lines, int deterministic,
                          const struct tune_consts* k);
 
 /* argcheck.c (comm->check_args): the ranks of t's communicator agree on

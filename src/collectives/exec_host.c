@@ -59,7 +59,11 @@ struct exec {
   uint32_t step;
   int posted;
   int connected;
-  int sync_wait; /* the step's sync is posted, peers not all there yet */
+  int sync_wait;        /* the step's sync is posted, peers not all there yet */
+  uint64_t lines_seq;   /* the plan's call number for its lines; 0 before its first */
+  int lines_wait;       /* the step reads a peer's lines (lines_op) not all there yet */
+  uint32_t lines_op;    /* ... its op */
+  size_t lines_checked; /* ... how much of them an earlier look found there */
   struct xfer* xf;
   uint8_t* xf_state; /* XF_* per slot of xf (in xf's block) */
   uint32_t nxf, xf_cap;
@@ -229,6 +233,8 @@ static loomResult_t exec_start(struct comm_run* run) {
   e->posted = 0;
   e->connected = 0;
   e->sync_wait = 0;
+  e->lines_seq = 0;
+  e->lines_wait = 0;
   e->nxf = 0;
   e->fault_step = UINT32_MAX;
   e->what = coll_kind_text(t->kind);
@@ -342,8 +348,8 @@ static loomResult_t exec_post_step(struct exec* e) {
   for (uint32_t i = st->op_begin; i < st->op_end; i++) {
     const struct plan_op* op = &e->plan->ops[i];
     size_t bytes = op->count * e->esize;
-    void* dst = ref_ptr(e, op->dst);
-    const void* src = ref_ptr(e, op->src);
+    void* dst = op->dst.buf == PB_LINES ? NULL : ref_ptr(e, op->dst);
+    const void* src = op->src.buf == PB_LINES ? NULL : ref_ptr(e, op->src);
     switch (op->kind) {
       case OP_SEND:
       case OP_RECV:
@@ -409,12 +415,50 @@ static loomResult_t exec_post_step(struct exec* e) {
                                 e->esize, exec_peer_reduce, &pr));
         break;
       }
+      case OP_LINES_PUT:
+      case OP_LINES_COPY:
+      case OP_LINES_REDUCE: {
+        struct plan_ref ln = op->kind == OP_LINES_PUT ? op->dst : op->src;
+        size_t at = ln.off * e->esize;
+        if (at + bytes > TP_LINES_BYTES || (op->kind == OP_LINES_PUT && at % 4 != 0))
+          return err_set(e->comm, loomInternalError,
+                         "%s of %zu bytes at byte %zu: past the %u bytes of the lines, or not at "
+                         "a whole word",
+                         plan_op_name(op->kind), bytes, at, TP_LINES_BYTES);
+        if (!e->lines_seq) e->lines_seq = tp_lines_next(e->comm);
+        if (op->kind == OP_LINES_PUT) {
+          tp_lines_put(e->comm, e->lines_seq, at, src, bytes);
+        } else {
+          e->lines_wait = 1; /* alone in its step (the checker proves it) */
+          e->lines_op = i;
+          e->lines_checked = 0;
+        }
+        break;
+      }
       default:
         return err_set(e->comm, loomInternalError, "plan op of unknown kind %d", op->kind);
     }
   }
   e->posted = 1;
   return loomSuccess;
+}
+
+/* dst = a piece of a peer's lines, for OP_LINES_COPY. */
+static void exec_lines_copy(void* arg, size_t at, const void* data, size_t n) {
+  memcpy((char*)arg + at, data, n);
+}
+
+/* 1 once the step's read of a peer's lines is done. */
+static int exec_lines_take(struct exec* e) {
+  const struct plan_op* op = &e->plan->ops[e->lines_op];
+  char* dst = ref_ptr(e, op->dst);
+  size_t at = op->src.off * e->esize, bytes = op->count * e->esize;
+  if (op->kind == OP_LINES_COPY)
+    return tp_lines_read(e->comm, op->peer, e->lines_seq, at, bytes, e->esize, &e->lines_checked,
+                         exec_lines_copy, dst);
+  struct peer_reduce pr = {e, dst};
+  return tp_lines_read(e->comm, op->peer, e->lines_seq, at, bytes, e->esize, &e->lines_checked,
+                       exec_peer_reduce, &pr);
 }
 
 /* Advances e as far as it goes without waiting. */
@@ -435,6 +479,11 @@ static loomResult_t exec_progress(struct exec* e, int* done_out, int* moved_out)
     if (e->sync_wait) {
       if (!tp_sync_done(e->comm)) return loomSuccess;
       e->sync_wait = 0;
+      *moved_out = 1;
+    }
+    if (e->lines_wait) {
+      if (!exec_lines_take(e)) return loomSuccess;
+      e->lines_wait = 0;
       *moved_out = 1;
     }
     int all = 1;
@@ -477,6 +526,9 @@ static void exec_describe_wait(const struct exec* e, char* buf, size_t len) {
   if (e->sync_wait)
     snprintf(buf, len, "step %u of %u, waiting for its peers at a sync", e->step + 1,
              e->plan->nsteps);
+  else if (e->lines_wait)
+    snprintf(buf, len, "step %u of %u, waiting for peer %d's low-latency lines", e->step + 1,
+             e->plan->nsteps, e->plan->ops[e->lines_op].peer);
   else if (!e->connected)
     snprintf(buf, len, "connecting to its peers");
   else
@@ -496,6 +548,10 @@ static void run_rec_wait(struct comm_run* run) {
     is_send = x->conn->is_send;
     bytes = x->bytes - x->done;
     break;
+  }
+  if (peer < 0 && e->lines_wait) {
+    peer = e->plan->ops[e->lines_op].peer;
+    bytes = e->plan->ops[e->lines_op].count * e->esize;
   }
   const struct unit* u = &run->units[run->next - 1];
   for (int k = 0; k < u->ntasks; k++)
@@ -523,6 +579,8 @@ static int exec_left_peer(struct exec* e) {
   if (e->sync_wait)
     for (int p = 0; p < comm->nranks; p++)
       if (boot_peer_left(comm, p) && tp_sync_missing(comm, p)) return p;
+  if (e->lines_wait && boot_peer_left(comm, e->plan->ops[e->lines_op].peer))
+    return e->plan->ops[e->lines_op].peer;
   for (uint32_t i = 0; i < e->nxf; i++) {
     const struct xfer* x = &e->xf[i];
     if (e->xf_state[i] != XF_DONE && !x->conn->tp->sees_close &&

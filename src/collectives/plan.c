@@ -96,8 +96,8 @@ loomResult_t plan_finish(struct plan* p) {
 /* ---- Printing ---- */
 
 static const char* const op_names[OP_KIND_COUNT] = {
-    "send",   "recv", "recv_reduce", "copy",        "reduce",
-    "premul", "div",  "peer_copy",   "peer_reduce", "sync",
+    "send",      "recv",        "recv_reduce", "copy",      "reduce",     "premul",       "div",
+    "peer_copy", "peer_reduce", "sync",        "lines_put", "lines_copy", "lines_reduce",
 };
 static const char* const buf_names[PB_COUNT] = {"send", "recv", "scratch"};
 
@@ -108,6 +108,7 @@ const char* plan_op_name(unsigned kind) {
 /* Buffers past PB_COUNT are the executor's own (e.g. one per task of a
  * group of sends and receives). */
 const char* plan_buf_name(unsigned buf) {
+  if (buf == PB_LINES) return "lines";
   return buf < PB_COUNT ? buf_names[buf] : "user";
 }
 
@@ -125,8 +126,8 @@ static void put(char* buf, size_t len, size_t* pos, const char* fmt, ...) {
 }
 
 static void put_ref(char* buf, size_t len, size_t* pos, struct plan_ref r, size_t count) {
-  if (r.buf < PB_COUNT)
-    put(buf, len, pos, "%s[%zu..%zu)", buf_names[r.buf], r.off, r.off + count);
+  if (r.buf < PB_COUNT || r.buf == PB_LINES)
+    put(buf, len, pos, "%s[%zu..%zu)", plan_buf_name(r.buf), r.off, r.off + count);
   else
     put(buf, len, pos, "user%u[%zu..%zu)", r.buf - PB_COUNT, r.off, r.off + count);
 }
@@ -153,8 +154,12 @@ static void put_op(char* buf, size_t len, size_t* pos, const struct plan_op* op)
       break;
     case OP_PEER_COPY:
     case OP_PEER_REDUCE:
+    case OP_LINES_COPY:
+    case OP_LINES_REDUCE:
       put_ref(buf, len, pos, op->dst, op->count);
-      put(buf, len, pos, op->kind == OP_PEER_COPY ? " <- %d's " : " += %d's ", op->peer);
+      put(buf, len, pos,
+          op->kind == OP_PEER_COPY || op->kind == OP_LINES_COPY ? " <- %d's " : " += %d's ",
+          op->peer);
       put_ref(buf, len, pos, op->src, op->count);
       break;
     default:

@@ -18,7 +18,11 @@
  *    do;
  *  - direct plans (peer ops) read a peer's buffers only between two syncs,
  *    never a range that peer writes between the same two syncs, and never
- *    after the last sync (the peer may have returned).
+ *    after the last sync (the peer may have returned);
+ *  - plans with lines (OP_LINES_*) put once, read each peer's lines in a
+ *    step of its own, and read a peer's lines only if that peer reads
+ *    theirs (which is what lets a rank's next call overwrite them: see
+ *    lines.c).
  */
 #ifndef LOOM_COLL_PLAN_H
 #define LOOM_COLL_PLAN_H
@@ -44,8 +48,19 @@ enum plan_op_kind {
   OP_PEER_COPY,   /* dst = peer's src */
   OP_PEER_REDUCE, /* dst = dst op peer's src */
   OP_SYNC,        /* every rank arrives before any leaves; peer -1, count 1 */
+  /* Low-latency lines (src/collectives/lines.c): every rank has an area of
+   * lines in its rank segment where each 4 bytes of data travel in one
+   * 8-byte word with the call's sequence number, so a reader polls the data
+   * itself: no sync, no flag, no system call. The area is named by
+   * PB_LINES; its offsets are elements, as elsewhere. */
+  OP_LINES_PUT,    /* this rank's lines[dst.off..) = src; peer -1 */
+  OP_LINES_COPY,   /* dst = peer's lines[src.off..), once this call's are there */
+  OP_LINES_REDUCE, /* dst = dst op peer's lines[src.off..), likewise */
   OP_KIND_COUNT
 };
+
+/* The lines area in a plan_ref (OP_LINES_*): not a buffer of the plan. */
+#define PB_LINES UINT32_MAX
 
 struct plan_ref {
   uint32_t buf; /* enum plan_buf, or PB_COUNT + k for a p2p plan's k-th user buffer */
@@ -70,6 +85,7 @@ struct plan {
   int nranks;
   const char* algo;           /* "ring", "p2p", ... static text */
   size_t buf_count[PB_COUNT]; /* elements each buffer holds (bounds) */
+  size_t lines_count;         /* elements of this rank's lines the plan puts */
   struct plan_step* steps;
   uint32_t nsteps, steps_cap;
   struct plan_op* ops;
@@ -198,6 +214,15 @@ loomResult_t oneshot_allreduce_build(const struct coll_args* a, struct plan* out
 loomResult_t twoshot_allreduce_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_allgather_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_reducescatter_build(const struct coll_args* a, struct plan* out);
+/* src/collectives/lines.c: one exchange through the ranks' low-latency
+ * lines, for small messages among the ranks of one host: every rank puts
+ * its data once and reads every rank's, its own included, reducing in rank
+ * order (so every rank ends with the same bits). */
+loomResult_t lines_allreduce_build(const struct coll_args* a, struct plan* out);
+loomResult_t lines_allgather_build(const struct coll_args* a, struct plan* out);
+loomResult_t lines_reducescatter_build(const struct coll_args* a, struct plan* out);
+/* 1 when p uses lines. */
+int plan_has_lines(const struct plan* p);
 loomResult_t read_broadcast_build(const struct coll_args* a, struct plan* out);
 loomResult_t read_alltoall_build(const struct coll_args* a, struct plan* out);
 /* src/collectives/ordered.c: reductions folded in rank order 0..n-1 whatever

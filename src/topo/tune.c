@@ -11,9 +11,9 @@
 #include "core/params.h"
 #include "core/util.h"
 
-static const char* const algo_names[TUNE_ALGO_COUNT] = {"ring",  "tree",   "rhd",      "pairwise",
-                                                        "bruck", "direct", "oneshot",  "twoshot",
-                                                        "read",  "hier",   "doubling", "ordered"};
+static const char* const algo_names[TUNE_ALGO_COUNT] = {
+    "ring",    "tree", "rhd",  "pairwise", "bruck",   "direct", "oneshot",
+    "twoshot", "read", "hier", "doubling", "ordered", "lines"};
 static const char* const coll_names[TUNE_COLL_COUNT] = {
 #define COLL(id, token, text, flags) token,
 #include "core/colls.def"
@@ -240,6 +240,27 @@ static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, d
   }
 }
 
+/* TUNE_LINES: every rank writes what it puts into its lines (two bytes of
+ * line per byte of data), then reads every rank's, its own included, each
+ * as soon as it is there: one hand-off between cores (a quarter of the
+ * step, less its fixed part: calibrate.c) instead of a step per exchange,
+ * then the bytes. Only up to TUNE_LINES_BYTES. */
+static double lines_us(const struct tune_consts* k, enum tune_coll coll, int n, double S) {
+  double B = copy_bw(k, S), R = reduce_bw(k, S), hop = fmax(k->step_us - 1, 0.05) / 4;
+  double put = coll == TUNE_ALLGATHER ? S / n : S;
+  if (put > TUNE_LINES_BYTES) return -1;
+  switch (coll) {
+    case TUNE_ALLREDUCE:
+      return hop + 2 * put / B + n * 2 * put / B + (n - 1) * put / R;
+    case TUNE_ALLGATHER:
+      return hop + 2 * put / B + n * 2 * put / B;
+    case TUNE_REDUCESCATTER:
+      return hop + 2 * put / B + 2 * put / B + (double)(n - 1) / n * put / R;
+    default:
+      return -1;
+  }
+}
+
 /* The network's constants, defaulted when the tuning file left them out. */
 static double net_gbps(const struct tune_consts* k) {
   return k->net_gbps > 0 ? k->net_gbps : 1.25;
@@ -273,6 +294,7 @@ static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tun
   double B = copy_bw(k, S), R = reduce_bw(k, S);
   double t = -1;
   if (a == TUNE_READ) return read_us(k, coll, n, S);
+  if (a == TUNE_LINES) return lines_us(k, coll, n, S);
   switch (coll) {
     case TUNE_ALLREDUCE:
       t = allreduce_us(k, a, n, S, sl);
@@ -366,6 +388,8 @@ double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tu
     return a == TUNE_RING || a == TUNE_PAIRWISE || a == TUNE_DIRECT ? S / copy_bw(k, S) : -1;
   if (a == TUNE_HIER) {
     t = coll == TUNE_ALLREDUCE ? hier_us(k, S, sl) : -1;
+  } else if (a == TUNE_LINES && k->nhosts > 1) {
+    t = -1; /* lines live in one host's shared memory */
   } else if (k->nhosts > 1) {
     /* A ring's only crossing flows are its edges between hosts; the other
      * families may send from every local rank at once. */

@@ -35,9 +35,15 @@ enum tune_algo {
   TUNE_HIER,     /* all-reduce in two levels: inside each host, then across hosts */
   TUNE_DOUBLING, /* all-reduce by recursive doubling: log2 n whole-buffer exchanges */
   TUNE_ORDERED,  /* reductions folded in rank order (LOOM_DETERMINISTIC): ordered.c */
+  TUNE_LINES,    /* one exchange through low-latency lines: small messages, one host (lines.c) */
   TUNE_ALGO_COUNT
 };
 #define TUNE_ALGO_BIT(a) (1u << (a))
+
+/* What one rank's low-latency lines carry in one call, bytes: TUNE_LINES
+ * serves a call whose rank puts at most this much (all-reduce: the vector;
+ * all-gather: its block; reduce-scatter: all its blocks). */
+#define TUNE_LINES_BYTES (16u << 10)
 
 /* The sizes at which the calibration measures the bandwidths, per rank's
  * buffer: 64 KiB, 256 KiB, 1 MiB, 4 MiB and 16 MiB. What a copy costs

@@ -21,7 +21,9 @@
 #include "transport/shmfile.h"
 #include "transport/transport.h"
 
-#define RANK_SEG_MAGIC 0x4c4d52414e4b3032ULL /* "LMRANK02" */
+#define RANK_SEG_MAGIC 0x4c4d52414e4b3033ULL /* "LMRANK03" */
+/* Words of one area of lines (lines.c): 4 bytes of data each. */
+#define RANK_SEG_LINE_WORDS (TP_LINES_BYTES / 4)
 
 struct rank_seg {
   _Atomic uint64_t magic; /* written last by its owner */
@@ -29,6 +31,8 @@ struct rank_seg {
   int32_t rank, nranks;
   struct bell bell;
   struct peer_pub pub; /* direct plans (peer.c) */
+  /* Low-latency lines (lines.c): two areas, calls use them in turn. */
+  _Alignas(64) _Atomic uint64_t lines[2][RANK_SEG_LINE_WORDS];
   /* Unnamed mode: the FIFOs this rank sends on, [lane * nranks + dst]:
    * descriptor + 1, 0 while there is none to open. */
   _Atomic int32_t fifo_fd[];

@@ -25,6 +25,7 @@ struct tp_comm {
   int helper_threads;        /* threads a transport runs for this rank (tp_helper_thread_add) */
   struct progress* progress; /* the network progress engine, once a transport asks for it */
   struct peer_state* peer;   /* peer.c */
+  uint64_t lines_calls;      /* calls with lines so far (tp_lines_next) */
   int allowed[TP_MAX_TRANSPORTS]; /* by LOOM_TRANSPORTS, index in all_transports */
   void* state[TP_MAX_TRANSPORTS]; /* each transport's own (tp_comm_state) */
 };
@@ -326,6 +327,19 @@ struct rank_seg* tp_rank_seg(struct loom_comm* comm, int rank) {
 
 int tp_shm_named(struct loom_comm* comm) {
   return comm->tp->segs.named;
+}
+
+int tp_lines_ok(struct loom_comm* comm) {
+  return comm->tp->segs.same_host == comm->nranks &&
+         (tp_transport_allowed("shm") || tp_transport_allowed("local"));
+}
+
+/* Numbers alternate in parity (the two areas); the low 32 bits, which the
+ * words carry, are never 0, what fresh memory holds. */
+uint64_t tp_lines_next(struct loom_comm* comm) {
+  uint64_t next = ++comm->tp->lines_calls;
+  if ((uint32_t)next == 0) next = comm->tp->lines_calls += 2;
+  return next;
 }
 
 struct peer_state** tp_peer_state_slot(struct loom_comm* comm) {

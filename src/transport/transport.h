@@ -271,6 +271,30 @@ typedef void (*tp_peer_use_fn)(void* arg, size_t at, const void* data, size_t n)
 loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t off, size_t bytes,
                           size_t unit, tp_peer_use_fn use, void* arg);
 
+/* Bytes of data one rank's lines carry in one call (tune.h's
+ * TUNE_LINES_BYTES, which algos.c checks is the same). */
+#define TP_LINES_BYTES (16u << 10)
+/* Low-latency lines (lines.c): each rank of a host has, in its rank
+ * segment, two areas of 8-byte words, used by its calls in turn; a word
+ * carries 4 bytes of data and the call's sequence number, written with one
+ * store, so a reader that sees the number sees the data. */
+/* 1 when every rank of comm is on this host with its segment mapped and
+ * LOOM_TRANSPORTS allows shared memory (agreed at init). */
+int tp_lines_ok(struct loom_comm* comm);
+/* The sequence number of this rank's next call with lines; every rank
+ * counts the same calls. */
+uint64_t tp_lines_next(struct loom_comm* comm);
+/* Writes bytes of src into this rank's lines of call seq at byte offset off
+ * (a multiple of 4; off + bytes at most TP_LINES_BYTES), then rings the
+ * peers' doorbells. Never blocks. */
+void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* src, size_t bytes);
+/* When peer's lines of call seq hold bytes [off, off + bytes): hands them to
+ * use() piece by piece (as tp_peer_read; each piece a multiple of unit) and
+ * returns 1; else 0, having handed nothing. *checked keeps how far earlier
+ * tries found the words there (0 on the first try). Never blocks. */
+int tp_lines_read(struct loom_comm* comm, int peer, uint64_t seq, size_t off, size_t bytes,
+                  size_t unit, size_t* checked, tp_peer_use_fn use, void* arg);
+
 /* loomMemAlloc memory (mem.c): shared (memfd) mappings that peers on this
  * host map too, so direct plans read them with plain loads. Thread safe. */
 loomResult_t tp_mem_alloc(size_t size, void** ptr_out);

@@ -33,14 +33,14 @@ bool is_rooted(Coll c) {
 std::vector<std::string> algos_of(Coll c) {
   switch (c) {
     case Coll::AllReduce:
-      return {"ring", "tree", "rhd", "doubling", "oneshot", "twoshot"};
+      return {"ring", "tree", "rhd", "doubling", "oneshot", "twoshot", "lines"};
     case Coll::Broadcast:
       return {"ring", "tree", "read"};
     case Coll::Reduce:
       return {"ring", "tree"};
     case Coll::AllGather:
     case Coll::ReduceScatter:
-      return {"ring", "rhd", "read"};
+      return {"ring", "rhd", "read", "lines"};
     case Coll::AlltoAll:
       return {"pairwise", "bruck", "read"};
     case Coll::AlltoAllv:

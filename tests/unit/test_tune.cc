@@ -15,8 +15,9 @@ namespace {
 const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 0.0, 0.0, 0.0,
                              0.0, 0,   0,    0, 0,   {},  {},  {}};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
-// The families that pass messages through FIFOs (no direct reads).
-const unsigned kFifo = kAll & ~((1u << TUNE_ONESHOT) | (1u << TUNE_TWOSHOT) | (1u << TUNE_READ));
+// The families that pass messages through FIFOs (no direct reads, no lines).
+const unsigned kFifo =
+    kAll & ~((1u << TUNE_ONESHOT) | (1u << TUNE_TWOSHOT) | (1u << TUNE_READ) | (1u << TUNE_LINES));
 
 TEST(Tune, ChoiceIsTheModelsArgmin) {
   for (int c = 0; c < TUNE_COLL_COUNT; c++)
@@ -105,7 +106,7 @@ TEST(Tune, TheNetworkCostsMoreThanSharedMemory) {
   for (int c = 0; c < TUNE_COLL_COUNT; c++)
     for (int a = 0; a < TUNE_ALGO_COUNT; a++)
       for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 16) {
-        if (a == TUNE_HIER) continue;
+        if (a == TUNE_HIER || a == TUNE_LINES) continue;  // one kind of host only, each
         double t1 = tune_predict_us(&one, (tune_coll)c, (tune_algo)a, 4, bytes, 256 << 10);
         double t2 = tune_predict_us(&two, (tune_coll)c, (tune_algo)a, 4, bytes, 256 << 10);
         if (t1 < 0) continue;
@@ -117,6 +118,22 @@ TEST(Tune, TheNetworkCostsMoreThanSharedMemory) {
   interleaved.ring_cross = 2;
   EXPECT_GT(tune_predict_us(&interleaved, TUNE_ALLREDUCE, TUNE_RING, 4, 64u << 20, 256 << 10),
             1.5 * tune_predict_us(&two, TUNE_ALLREDUCE, TUNE_RING, 4, 64u << 20, 256 << 10));
+}
+
+// Lines: the few bytes of every rank at once, one hand-off instead of a
+// step per exchange, up to what the lines hold, on one host only.
+TEST(Tune, LinesForSmallMessagesOnOneHost) {
+  for (tune_coll c : {TUNE_ALLREDUCE, TUNE_ALLGATHER, TUNE_REDUCESCATTER})
+    for (int n : {2, 4, 8}) {
+      EXPECT_EQ(tune_pick_model(&kConsts, c, n, 64, 256 << 10, kAll), TUNE_LINES)
+          << tune_coll_name(c) << " " << n;
+      size_t over = c == TUNE_ALLGATHER ? (TUNE_LINES_BYTES + 4) * n : TUNE_LINES_BYTES + 4;
+      EXPECT_LT(tune_predict_us(&kConsts, c, TUNE_LINES, n, over, 256 << 10), 0)
+          << tune_coll_name(c) << " " << n;
+    }
+  EXPECT_LT(tune_predict_us(&kConsts, TUNE_BROADCAST, TUNE_LINES, 2, 64, 256 << 10), 0);
+  tune_consts two = TwoByTwo();
+  EXPECT_LT(tune_predict_us(&two, TUNE_ALLREDUCE, TUNE_LINES, 4, 64, 256 << 10), 0);
 }
 
 TEST(Tune, HierarchicalAllReduceAcrossHosts) {

@@ -1,0 +1,103 @@
+/* lines.c - plans of one exchange through low-latency lines (the family
+ * "lines"; src/transport/lines.c moves the bytes).
+ *
+ * Every rank puts what its peers need into its own lines once, then reads
+ * every rank's lines, its own included, each read waiting until that rank's
+ * lines hold this call's data: no sync, no message, no system call. Small
+ * messages among the ranks of one host pay one hand-off between cores
+ * instead of a pipeline step per exchange.
+ *
+ * Reductions fold in rank order (rank 0's data, then rank 1's, ...), so
+ * every rank computes the same bits, whatever the datatype.
+ *
+ * Why a rank may overwrite its lines in its next call (two areas, used in
+ * turn, so its next call but one): every rank reads every rank's lines,
+ * and a read waits for the put of the same call. A rank that puts call k+2
+ * into the area of call k has read every peer's lines of call k+1, so every
+ * peer has put call k+1, so every peer is done with call k. The checker
+ * proves the half of this that is the plans' (each rank puts once and reads
+ * the lines of whoever reads its own). */
+#include "collectives/plan.h"
+#include "core/checks.h"
+
+static struct plan_ref ref(enum plan_buf b, size_t off) {
+  return plan_ref_make(b, off);
+}
+static struct plan_ref lines_at(size_t off) {
+  struct plan_ref r = {PB_LINES, off};
+  return r;
+}
+
+/* Puts in[0..len) (PreMulSum: scaled into scratch first) into the lines. */
+static void put_input(const struct coll_args* a, struct plan* p, size_t len) {
+  enum plan_buf in = PB_SEND;
+  if (a->premul) {
+    plan_step_begin(p);
+    plan_add(p, OP_PREMUL, -1, ref(PB_SEND, 0), ref(PB_SCRATCH, 0), len);
+    in = PB_SCRATCH;
+  }
+  p->lines_count = len;
+  plan_step_begin(p);
+  plan_add(p, OP_LINES_PUT, -1, ref(in, 0), lines_at(0), len);
+}
+
+/* dst[0..len) = every rank's lines[off..off+len), folded in rank order;
+ * each read alone in its step. */
+static void fold_all(const struct coll_args* a, struct plan* p, size_t off, struct plan_ref dst,
+                     size_t len) {
+  for (int q = 0; q < a->nranks; q++) {
+    plan_step_begin(p);
+    plan_add(p, q == 0 ? OP_LINES_COPY : OP_LINES_REDUCE, q, lines_at(off), dst, len);
+  }
+  if (a->avg) {
+    plan_step_begin(p);
+    plan_add(p, OP_DIV, -1, dst, dst, len);
+  }
+}
+
+loomResult_t lines_allreduce_build(const struct coll_args* a, struct plan* out) {
+  size_t c = a->count;
+  out->buf_count[PB_SEND] = c;
+  out->buf_count[PB_RECV] = c;
+  out->buf_count[PB_SCRATCH] = a->premul ? c : 0;
+  if (c == 0) return plan_finish(out);
+  put_input(a, out, c);
+  fold_all(a, out, 0, ref(PB_RECV, 0), c);
+  return plan_finish(out);
+}
+
+loomResult_t lines_reducescatter_build(const struct coll_args* a, struct plan* out) {
+  size_t c = a->count, total = c * (size_t)a->nranks;
+  out->buf_count[PB_SEND] = total;
+  out->buf_count[PB_RECV] = c;
+  out->buf_count[PB_SCRATCH] = a->premul ? total : 0;
+  if (c == 0) return plan_finish(out);
+  put_input(a, out, total);
+  fold_all(a, out, (size_t)a->rank * c, ref(PB_RECV, 0), c);
+  return plan_finish(out);
+}
+
+loomResult_t lines_allgather_build(const struct coll_args* a, struct plan* out) {
+  size_t c = a->count;
+  int n = a->nranks, r = a->rank;
+  out->buf_count[PB_SEND] = c;
+  out->buf_count[PB_RECV] = c * (size_t)n;
+  out->buf_count[PB_SCRATCH] = 0;
+  if (c == 0) return plan_finish(out);
+  put_input(a, out, c);
+  /* In place this copy is a no-op. */
+  plan_step_begin(out);
+  plan_add(out, OP_COPY, -1, ref(PB_SEND, 0), ref(PB_RECV, (size_t)r * c), c);
+  for (int k = 1; k < n; k++) {
+    int q = (r + k) % n;
+    plan_step_begin(out);
+    plan_add(out, OP_LINES_COPY, q, lines_at(0), ref(PB_RECV, (size_t)q * c), c);
+  }
+  return plan_finish(out);
+}
+
+int plan_has_lines(const struct plan* p) {
+  for (uint32_t i = 0; i < p->nops; i++)
+    if (p->ops[i].kind >= OP_LINES_PUT && p->ops[i].kind <= OP_LINES_REDUCE) return 1;
+  return 0;
+}

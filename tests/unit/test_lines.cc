@@ -1,0 +1,181 @@
+// Plans with low-latency lines (collectives/lines.c): every rank count from
+// 1 to 64, proven by the symbolic checker out of place and in place; and
+// checker cases that show each rule about lines catches a broken plan.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "collectives/plan.h"
+}
+
+namespace {
+
+using Build = loomResult_t (*)(const coll_args*, plan*);
+
+struct Algo {
+  const char* name;
+  Build build;
+  check_kind kind;
+  bool blocks;  // buffers hold one block per rank
+  bool reduces;
+};
+
+const Algo kAlgos[] = {
+    {"lines all-reduce", lines_allreduce_build, CHECK_ALLREDUCE, false, true},
+    {"lines all-gather", lines_allgather_build, CHECK_ALLGATHER, true, false},
+    {"lines reduce-scatter", lines_reducescatter_build, CHECK_REDUCESCATTER, true, true},
+};
+
+struct Case {
+  int n;
+  size_t count;
+  bool premul;
+  bool avg;
+};
+
+std::string Check(const Algo& algo, const Case& c,
+                  const std::function<void(std::vector<plan>&)>& mutate = nullptr) {
+  std::vector<plan> p(c.n);
+  std::string err;
+  for (int r = 0; r < c.n; r++) {
+    plan_init(&p[r], r, c.n, "test");
+    coll_args a = {};
+    a.nranks = c.n;
+    a.rank = r;
+    a.count = c.count;
+    a.slice_elems = 1 << 20;
+    a.premul = c.premul;
+    a.avg = c.avg;
+    if (algo.build(&a, &p[r]) != loomSuccess && err.empty()) err = "build failed";
+  }
+  if (err.empty()) {
+    if (mutate) mutate(p);
+    check_spec spec = {};
+    spec.kind = algo.kind;
+    spec.nranks = c.n;
+    spec.count = c.count;
+    char why[512] = "";
+    if (plan_check_spec(&spec, p.data(), why, sizeof(why)) != 0) err = why[0] ? why : "failed";
+  }
+  for (auto& q : p) plan_free(&q);
+  return err;
+}
+
+class LinesPlans : public ::testing::TestWithParam<int> {};
+
+TEST_P(LinesPlans, EveryRankCountAndVariantIsCorrect) {
+  const Algo& algo = kAlgos[GetParam()];
+  for (int n = 1; n <= 64; n++)
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(n + 1), size_t(1000)}) {
+      double cost = double(n) * n * (algo.blocks ? double(count) * n : double(count));
+      if (cost > 4e6) continue;
+      for (int v = 0; v < (algo.reduces ? 4 : 1); v++) {
+        Case c = {n, count, (v & 1) != 0, (v & 2) != 0};
+        ASSERT_EQ(Check(algo, c), "") << algo.name << " n=" << n << " count=" << count
+                                      << " premul=" << c.premul << " avg=" << c.avg;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algos, LinesPlans, ::testing::Range(0, int(std::size(kAlgos))),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           std::string n = kAlgos[i.param].name;
+                           for (char& ch : n)
+                             if (ch == ' ' || ch == '-') ch = '_';
+                           return n;
+                         });
+
+int FirstOp(const plan& p, int k) {
+  for (uint32_t o = 0; o < p.nops; o++)
+    if (p.ops[o].kind == k) return int(o);
+  return -1;
+}
+
+// One put, one read per step, then the whole vector: every rank reads
+// every rank's lines, its own included, in rank order.
+TEST(LinesPlansShape, AllReduceIsOnePutAndARankOrderedFold) {
+  EXPECT_EQ(Check(kAlgos[0], {3, 5, false, false},
+                  [](std::vector<plan>& p) {
+                    for (const plan& q : p) {
+                      ASSERT_EQ(q.nsteps, 4u);
+                      EXPECT_EQ(q.lines_count, 5u);
+                      EXPECT_EQ(q.ops[0].kind, OP_LINES_PUT);
+                      for (int r = 0; r < 3; r++) {
+                        EXPECT_EQ(q.ops[1 + r].kind, r == 0 ? OP_LINES_COPY : OP_LINES_REDUCE);
+                        EXPECT_EQ(q.ops[1 + r].peer, r);
+                      }
+                    }
+                  }),
+            "");
+}
+
+TEST(LinesChecker, CatchesAReadOfLinesNeverPut) {
+  // Rank 1 drops its put: everyone waits for its lines for ever.
+  std::string why = Check(kAlgos[0], {3, 4, false, false}, [](std::vector<plan>& p) {
+    plan& q = p[1];
+    int put = FirstOp(q, OP_LINES_PUT);
+    q.ops[put].kind = OP_COPY;  // SEND -> lines becomes a copy onto RECV
+    q.ops[put].dst = plan_ref_make(PB_RECV, 0);
+  });
+  EXPECT_NE(why.find("never all put"), std::string::npos) << why;
+}
+
+TEST(LinesChecker, CatchesAReadBeyondWhatThePeerPuts) {
+  std::string why = Check(kAlgos[2], {2, 4, false, false}, [](std::vector<plan>& p) {
+    p[0].lines_count = 4;  // rank 0 declares (and puts) less than rank 1 reads
+    p[0].ops[FirstOp(p[0], OP_LINES_PUT)].count = 4;
+  });
+  EXPECT_NE(why.find("out of bounds"), std::string::npos) << why;
+}
+
+TEST(LinesChecker, CatchesTwoPuts) {
+  std::string why = Check(kAlgos[1], {2, 4, false, false}, [](std::vector<plan>& p) {
+    plan& q = p[0];
+    int cp = FirstOp(q, OP_COPY);  // SEND -> RECV block 0: now a second put
+    q.ops[cp].kind = OP_LINES_PUT;
+    q.ops[cp].dst = {PB_LINES, 0};
+  });
+  EXPECT_NE(why.find("puts its lines 2 times"), std::string::npos) << why;
+}
+
+TEST(LinesChecker, CatchesAOneSidedRead) {
+  // All-gather of 2: rank 0 stops reading rank 1's lines, so nothing holds
+  // rank 0 back while rank 1 still reads rank 0's: rank 0 could run two
+  // calls ahead and overwrite them.
+  std::string why = Check(kAlgos[1], {2, 4, false, false}, [](std::vector<plan>& p) {
+    plan& q = p[0];
+    int rd = FirstOp(q, OP_LINES_COPY);
+    q.ops[rd].kind = OP_COPY;  // a local copy instead: wrong data as well
+    q.ops[rd].peer = -1;
+    q.ops[rd].src = plan_ref_make(PB_SEND, 0);
+  });
+  EXPECT_NE(why.find("never reads rank 1's"), std::string::npos) << why;
+}
+
+TEST(LinesChecker, CatchesAReadSharingItsStep) {
+  std::string why = Check(kAlgos[0], {2, 4, false, false}, [](std::vector<plan>& p) {
+    plan& q = p[0];
+    ASSERT_GE(q.nsteps, 3u);
+    // Merge the first read into the put's step.
+    q.steps[0].op_end = q.steps[1].op_end;
+    q.steps[1].op_begin = q.steps[1].op_end;
+  });
+  EXPECT_NE(why, "");
+}
+
+TEST(LinesChecker, CatchesLinesBesideASync) {
+  std::string why = Check(kAlgos[0], {2, 4, false, false}, [](std::vector<plan>& p) {
+    for (plan& q : p) {
+      plan_step_begin(&q);
+      plan_add(&q, OP_SYNC, -1, plan_ref_make(PB_SCRATCH, 0), plan_ref_make(PB_SCRATCH, 0), 1);
+      ASSERT_EQ(plan_finish(&q), loomSuccess);
+    }
+  });
+  EXPECT_NE(why.find("also sends, receives or syncs"), std::string::npos) << why;
+}
+
+}  // namespace
