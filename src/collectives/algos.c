@@ -88,9 +88,10 @@ unsigned algo_candidates(enum coll_kind kind, int direct, int lines, int determi
    * same number everywhere. */
   if (k->nhosts < 2 || k->local < 2 || !k->even) avail &= ~TUNE_ALGO_BIT(TUNE_HIER);
   /* Deterministic reductions are folded in rank order, by the ordered
-   * family alone; it serves nothing else (ordered.c). */
+   * family, which serves nothing else (ordered.c), and by lines, which fold
+   * in rank order always (lines.c). */
   if (deterministic && (avail & TUNE_ALGO_BIT(TUNE_ORDERED)))
-    avail = TUNE_ALGO_BIT(TUNE_ORDERED);
+    avail = TUNE_ALGO_BIT(TUNE_ORDERED) | (avail & TUNE_ALGO_BIT(TUNE_LINES));
   else
     avail &= ~TUNE_ALGO_BIT(TUNE_ORDERED);
   return avail;

@@ -190,8 +190,9 @@ unsigned algo_available(enum coll_kind kind);
 /* Those among them the tuner may pick for one call: direct plans only when
  * direct (every rank on one host, host memory), lines only when lines (one
  * host, host memory, what a rank puts fits them), the two-level all-reduce
- * only on an even layout of several hosts (k's shape), and the ordered
- * family alone when deterministic, never otherwise. */
+ * only on an even layout of several hosts (k's shape), and, for the
+ * reductions, only the ordered family and lines when deterministic (ordered
+ * never otherwise). */
 unsigned algo_candidates(enum coll_kind kind, int direct, int lines, int deterministic,
                          const struct tune_consts* k);
 

@@ -29,8 +29,7 @@ static _Atomic uint64_t* area(struct rank_seg* seg, uint64_t seq) {
   return seg->lines[seq & 1];
 }
 
-void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* src,
-                  size_t bytes) {
+void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* src, size_t bytes) {
   _Atomic uint64_t* w = area(tp_rank_seg(comm, comm->rank), seq) + off / WORD_BYTES;
   const unsigned char* in = src;
   uint64_t tag = (uint64_t)(uint32_t)seq << 32;

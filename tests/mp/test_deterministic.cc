@@ -294,6 +294,17 @@ INSTANTIATE_TEST_SUITE_P(Env, DeterministicSettings, ::testing::Range(0, 5),
                            return std::string(kSettings[info.param].name);
                          });
 
+// Lines fold in rank order too, and serve the mode where they fit: forced,
+// at sizes they hold (and past them, where the ordered family takes over).
+TEST(DeterministicLines, LinesAreTheRankOrderFold) {
+  harness::run(
+      4, Mode::Proc,
+      [](Ctx& c) {
+        EXPECT_EQ(run_all(c, {1, 333, 2047}, true), 0);
+      },
+      det_opts({{"LOOM_ALGO", "allreduce:lines;reducescatter:lines"}}));
+}
+
 // The same inputs and check without the mode: a ring folds each chunk
 // starting from another rank, and the results differ from the rank-order
 // fold. (What the test above would miss if the mode did nothing.)

@@ -56,7 +56,8 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
         const int n = c.nranks, r = c.rank;
         std::vector<int32_t> send, recv;
         for (int i = 0; i < 1500; i++) {
-          if (i % 40 == 0 && i / 40 % n == r) std::this_thread::sleep_for(std::chrono::microseconds(300));
+          if (i % 40 == 0 && i / 40 % n == r)
+            std::this_thread::sleep_for(std::chrono::microseconds(300));
           int kind = i % 3;
           size_t count = 1 + (size_t)(i * 7919) % 600;
           bool in_place = i % 3 == 1;
@@ -127,8 +128,10 @@ TEST_P(LinesRanks, FloatSumsAreTheRankOrderFoldOnEveryRank) {
           fw[j] = fs;
           dw[j] = ds;
         }
-        ASSERT_LOOM_OK(loomAllReduce(f.data(), f.data(), count, loomFloat32, loomSum, c.comm, nullptr));
-        ASSERT_LOOM_OK(loomAllReduce(d.data(), d.data(), count, loomFloat64, loomSum, c.comm, nullptr));
+        ASSERT_LOOM_OK(
+            loomAllReduce(f.data(), f.data(), count, loomFloat32, loomSum, c.comm, nullptr));
+        ASSERT_LOOM_OK(
+            loomAllReduce(d.data(), d.data(), count, loomFloat64, loomSum, c.comm, nullptr));
         EXPECT_EQ(std::memcmp(f.data(), fw.data(), count * sizeof(float)), 0);
         EXPECT_EQ(std::memcmp(d.data(), dw.data(), count * sizeof(double)), 0);
       },
@@ -171,8 +174,10 @@ TEST(LinesRecord, LinesRunWhereTheyFitAndNowhereElse) {
       2, Mode::Proc,
       [&d](Ctx& c) {
         std::vector<double> small(1, 1.0), big(8192, 1.0);
-        ASSERT_LOOM_OK(loomAllReduce(small.data(), small.data(), 1, loomFloat64, loomSum, c.comm, nullptr));
-        ASSERT_LOOM_OK(loomAllReduce(big.data(), big.data(), big.size(), loomFloat64, loomSum, c.comm, nullptr));
+        ASSERT_LOOM_OK(
+            loomAllReduce(small.data(), small.data(), 1, loomFloat64, loomSum, c.comm, nullptr));
+        ASSERT_LOOM_OK(loomAllReduce(big.data(), big.data(), big.size(), loomFloat64, loomSum,
+                                     c.comm, nullptr));
         EXPECT_EQ(small[0], 2.0);
         EXPECT_EQ(big[8191], 2.0);
         raise(SIGUSR1);
