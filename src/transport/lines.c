@@ -51,6 +51,11 @@ void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* 
 /* Copies n bytes at byte offset off of the words w (all present) to out. */
 static void decode(const _Atomic uint64_t* w, size_t off, unsigned char* out, size_t n) {
   size_t i = 0;
+  if (off % WORD_BYTES == 0) /* the common case: whole words first */
+    for (const _Atomic uint64_t* p = w + off / WORD_BYTES; i + WORD_BYTES <= n; i += WORD_BYTES) {
+      uint32_t v = (uint32_t)atomic_load_explicit(p++, memory_order_relaxed);
+      memcpy(out + i, &v, WORD_BYTES);
+    }
   while (i < n) {
     size_t pos = off + i, in_word = pos % WORD_BYTES;
     size_t take = LOOM_MIN(WORD_BYTES - in_word, n - i);
