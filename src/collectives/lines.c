@@ -11,12 +11,15 @@
  * every rank computes the same bits, whatever the datatype.
  *
  * Why a rank may overwrite its lines in its next call (two areas, used in
- * turn, so its next call but one): every rank reads every rank's lines,
- * and a read waits for the put of the same call. A rank that puts call k+2
- * into the area of call k has read every peer's lines of call k+1, so every
- * peer has put call k+1, so every peer is done with call k. The checker
- * proves the half of this that is the plans' (each rank puts once and reads
- * the lines of whoever reads its own). */
+ * turn, so its next call but one): in every call every rank reads every
+ * other rank's lines, and a read waits for the put of the same call. A rank
+ * that puts call k+2 into the area of call k has read, in call k+1, the
+ * lines of every other rank, each put after that rank was done with call k.
+ * Reading only the ranks that read one's own would not do: a broadcast's
+ * readers do not read each other, so with the root moving from call to call
+ * a reader could overwrite its lines of call k while call k's root still
+ * has them to read. The checker proves the plans' half of this (each rank
+ * puts once a call and reads every other rank's lines). */
 #include "collectives/plan.h"
 #include "core/checks.h"
 
@@ -92,6 +95,38 @@ loomResult_t lines_allgather_build(const struct coll_args* a, struct plan* out) 
     int q = (r + k) % n;
     plan_step_begin(out);
     plan_add(out, OP_LINES_COPY, q, lines_at(0), ref(PB_RECV, (size_t)q * c), c);
+  }
+  return plan_finish(out);
+}
+
+/* Broadcast: the root puts the data and every other rank reads it; each of
+ * those puts one element (what its receive buffer holds: a token, never
+ * used as data), and every rank reads every other rank's token, so that no
+ * rank runs two calls ahead of one that may still read its lines (the rule
+ * above). */
+loomResult_t lines_broadcast_build(const struct coll_args* a, struct plan* out) {
+  size_t c = a->count;
+  int n = a->nranks, r = a->rank, root = a->root;
+  out->buf_count[PB_SEND] = r == root ? c : 0;
+  out->buf_count[PB_RECV] = c;
+  out->buf_count[PB_SCRATCH] = n > 1 ? 1 : 0;
+  if (c == 0) return plan_finish(out);
+  out->lines_count = r == root ? c : 1;
+  plan_step_begin(out);
+  if (r == root) {
+    plan_add(out, OP_LINES_PUT, -1, ref(PB_SEND, 0), lines_at(0), c);
+    plan_step_begin(out);
+    plan_add(out, OP_COPY, -1, ref(PB_SEND, 0), ref(PB_RECV, 0), c); /* in place: a no-op */
+  } else {
+    plan_add(out, OP_LINES_PUT, -1, ref(PB_RECV, 0), lines_at(0), 1);
+    plan_step_begin(out);
+    plan_add(out, OP_LINES_COPY, root, lines_at(0), ref(PB_RECV, 0), c);
+  }
+  for (int k = 1; k < n; k++) {
+    int q = (r + k) % n;
+    if (q == root) continue;
+    plan_step_begin(out);
+    plan_add(out, OP_LINES_COPY, q, lines_at(0), ref(PB_SCRATCH, 0), 1);
   }
   return plan_finish(out);
 }

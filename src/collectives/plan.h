@@ -20,9 +20,8 @@
  *    never a range that peer writes between the same two syncs, and never
  *    after the last sync (the peer may have returned);
  *  - plans with lines (OP_LINES_*) put once, read each peer's lines in a
- *    step of its own, and read a peer's lines only if that peer reads
- *    theirs (which is what lets a rank's next call overwrite them: see
- *    lines.c).
+ *    step of its own, and read every other rank's lines (which is what
+ *    lets a rank's next call but one overwrite them: see lines.c).
  */
 #ifndef LOOM_COLL_PLAN_H
 #define LOOM_COLL_PLAN_H
@@ -221,6 +220,7 @@ loomResult_t read_reducescatter_build(const struct coll_args* a, struct plan* ou
 loomResult_t lines_allreduce_build(const struct coll_args* a, struct plan* out);
 loomResult_t lines_allgather_build(const struct coll_args* a, struct plan* out);
 loomResult_t lines_reducescatter_build(const struct coll_args* a, struct plan* out);
+loomResult_t lines_broadcast_build(const struct coll_args* a, struct plan* out);
 /* 1 when p uses lines. */
 int plan_has_lines(const struct plan* p);
 loomResult_t read_broadcast_build(const struct coll_args* a, struct plan* out);

@@ -35,7 +35,7 @@ std::vector<std::string> algos_of(Coll c) {
     case Coll::AllReduce:
       return {"ring", "tree", "rhd", "doubling", "oneshot", "twoshot", "lines"};
     case Coll::Broadcast:
-      return {"ring", "tree", "read"};
+      return {"ring", "tree", "read", "lines"};
     case Coll::Reduce:
       return {"ring", "tree"};
     case Coll::AllGather:

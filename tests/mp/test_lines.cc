@@ -1,5 +1,6 @@
 // test_lines.cc - the low-latency lines family ("lines": all-reduce,
-// all-gather, reduce-scatter in one exchange through each rank's lines):
+// all-gather, reduce-scatter and broadcast in one exchange through each
+// rank's lines):
 // thousands of calls back to back with ranks skewed (a rank that runs ahead
 // must never overwrite lines a slow peer still reads), every result
 // checked; float sums bit for bit the fold in rank order on every rank; and
@@ -28,7 +29,7 @@ using harness::Ctx;
 using harness::Mode;
 using harness::Opts;
 
-const char* const kLines = "allreduce:lines;allgather:lines;reducescatter:lines";
+const char* const kLines = "allreduce:lines;allgather:lines;reducescatter:lines;broadcast:lines";
 
 Opts lines_opts() {
   Opts o;
@@ -45,9 +46,9 @@ using LinesCase = std::tuple<Mode, int>;
 
 class LinesRanks : public ::testing::TestWithParam<LinesCase> {};
 
-// 1500 calls of the three kinds, sizes from 4 bytes to 2.4 KB, in place on
-// every third; every 40th call one rank sleeps first, so the others run
-// ahead until their reads of its lines hold them.
+// 1500 calls of the four kinds (broadcast from every root in turn), sizes
+// from 4 bytes to 2.4 KB, in place on every third; every 40th call one rank sleeps first, so the
+// others run ahead until their reads of its lines hold them.
 TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
   auto [mode, n] = GetParam();
   harness::run(
@@ -58,7 +59,7 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
         for (int i = 0; i < 1500; i++) {
           if (i % 40 == 0 && i / 40 % n == r)
             std::this_thread::sleep_for(std::chrono::microseconds(300));
-          int kind = i % 3;
+          int kind = i % 4;
           size_t count = 1 + (size_t)(i * 7919) % 600;
           bool in_place = i % 3 == 1;
           if (kind == 2) count = 1 + count / n;  // reduce-scatter: per-rank blocks
@@ -67,7 +68,10 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
           recv.assign(out_n, -1);
           for (size_t j = 0; j < in_n; j++) send[j] = val(r, i, j);
           loomResult_t res;
-          const char* what = kind == 0 ? "all-reduce" : kind == 1 ? "all-gather" : "reduce-scatter";
+          const char* what = kind == 0   ? "all-reduce"
+                             : kind == 1 ? "all-gather"
+                             : kind == 2 ? "reduce-scatter"
+                                         : "broadcast";
           if (kind == 0) {
             int32_t* out = in_place ? send.data() : recv.data();
             res = loomAllReduce(send.data(), out, count, loomInt32, loomSum, c.comm, nullptr);
@@ -87,6 +91,13 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
               for (size_t j = 0; j < count; j++)
                 ASSERT_EQ(all[q * count + j], val(q, i, j))
                     << what << " call " << i << " block " << q << " element " << j;
+          } else if (kind == 3) {
+            int root = i / 4 % n;
+            int32_t* out = in_place && r == root ? send.data() : recv.data();
+            res = loomBroadcast(send.data(), out, count, loomInt32, root, c.comm, nullptr);
+            ASSERT_EQ(res, loomSuccess) << what << " " << i << ": " << loomGetLastError(c.comm);
+            for (size_t j = 0; j < count; j++)
+              ASSERT_EQ(out[j], val(root, i, j)) << what << " call " << i << " element " << j;
           } else {
             int32_t* out = in_place ? send.data() + r * count : recv.data();
             res = loomReduceScatter(send.data(), out, count, loomInt32, loomSum, c.comm, nullptr);

@@ -1,5 +1,6 @@
 // Plans with low-latency lines (collectives/lines.c): every rank count from
-// 1 to 64, proven by the symbolic checker out of place and in place; and
+// 1 to 64 and every root, proven by the symbolic checker out of place and in
+// place; and
 // checker cases that show each rule about lines catches a broken plan.
 #include <gtest/gtest.h>
 
@@ -22,12 +23,14 @@ struct Algo {
   check_kind kind;
   bool blocks;  // buffers hold one block per rank
   bool reduces;
+  bool rooted;
 };
 
 const Algo kAlgos[] = {
-    {"lines all-reduce", lines_allreduce_build, CHECK_ALLREDUCE, false, true},
-    {"lines all-gather", lines_allgather_build, CHECK_ALLGATHER, true, false},
-    {"lines reduce-scatter", lines_reducescatter_build, CHECK_REDUCESCATTER, true, true},
+    {"lines all-reduce", lines_allreduce_build, CHECK_ALLREDUCE, false, true, false},
+    {"lines all-gather", lines_allgather_build, CHECK_ALLGATHER, true, false, false},
+    {"lines reduce-scatter", lines_reducescatter_build, CHECK_REDUCESCATTER, true, true, false},
+    {"lines broadcast", lines_broadcast_build, CHECK_BROADCAST, false, false, true},
 };
 
 struct Case {
@@ -35,6 +38,7 @@ struct Case {
   size_t count;
   bool premul;
   bool avg;
+  int root;
 };
 
 std::string Check(const Algo& algo, const Case& c,
@@ -50,6 +54,7 @@ std::string Check(const Algo& algo, const Case& c,
     a.slice_elems = 1 << 20;
     a.premul = c.premul;
     a.avg = c.avg;
+    a.root = c.root;
     if (algo.build(&a, &p[r]) != loomSuccess && err.empty()) err = "build failed";
   }
   if (err.empty()) {
@@ -58,6 +63,7 @@ std::string Check(const Algo& algo, const Case& c,
     spec.kind = algo.kind;
     spec.nranks = c.n;
     spec.count = c.count;
+    spec.root = c.root;
     char why[512] = "";
     if (plan_check_spec(&spec, p.data(), why, sizeof(why)) != 0) err = why[0] ? why : "failed";
   }
@@ -73,11 +79,13 @@ TEST_P(LinesPlans, EveryRankCountAndVariantIsCorrect) {
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(n + 1), size_t(1000)}) {
       double cost = double(n) * n * (algo.blocks ? double(count) * n : double(count));
       if (cost > 4e6) continue;
-      for (int v = 0; v < (algo.reduces ? 4 : 1); v++) {
-        Case c = {n, count, (v & 1) != 0, (v & 2) != 0};
-        ASSERT_EQ(Check(algo, c), "") << algo.name << " n=" << n << " count=" << count
-                                      << " premul=" << c.premul << " avg=" << c.avg;
-      }
+      for (int root = 0; root < (algo.rooted ? n : 1); root += (n > 8 ? 7 : 1))
+        for (int v = 0; v < (algo.reduces ? 4 : 1); v++) {
+          Case c = {n, count, (v & 1) != 0, (v & 2) != 0, root};
+          ASSERT_EQ(Check(algo, c), "")
+              << algo.name << " n=" << n << " count=" << count << " root=" << root
+              << " premul=" << c.premul << " avg=" << c.avg;
+        }
     }
 }
 
@@ -98,7 +106,7 @@ int FirstOp(const plan& p, int k) {
 // One put, one read per step, then the whole vector: every rank reads
 // every rank's lines, its own included, in rank order.
 TEST(LinesPlansShape, AllReduceIsOnePutAndARankOrderedFold) {
-  EXPECT_EQ(Check(kAlgos[0], {3, 5, false, false},
+  EXPECT_EQ(Check(kAlgos[0], {3, 5, false, false, 0},
                   [](std::vector<plan>& p) {
                     for (const plan& q : p) {
                       ASSERT_EQ(q.nsteps, 4u);
@@ -115,7 +123,7 @@ TEST(LinesPlansShape, AllReduceIsOnePutAndARankOrderedFold) {
 
 TEST(LinesChecker, CatchesAReadOfLinesNeverPut) {
   // Rank 1 drops its put: everyone waits for its lines for ever.
-  std::string why = Check(kAlgos[0], {3, 4, false, false}, [](std::vector<plan>& p) {
+  std::string why = Check(kAlgos[0], {3, 4, false, false, 0}, [](std::vector<plan>& p) {
     plan& q = p[1];
     int put = FirstOp(q, OP_LINES_PUT);
     q.ops[put].kind = OP_COPY;  // SEND -> lines becomes a copy onto RECV
@@ -125,7 +133,7 @@ TEST(LinesChecker, CatchesAReadOfLinesNeverPut) {
 }
 
 TEST(LinesChecker, CatchesAReadBeyondWhatThePeerPuts) {
-  std::string why = Check(kAlgos[2], {2, 4, false, false}, [](std::vector<plan>& p) {
+  std::string why = Check(kAlgos[2], {2, 4, false, false, 0}, [](std::vector<plan>& p) {
     p[0].lines_count = 4;  // rank 0 declares (and puts) less than rank 1 reads
     p[0].ops[FirstOp(p[0], OP_LINES_PUT)].count = 4;
   });
@@ -133,7 +141,7 @@ TEST(LinesChecker, CatchesAReadBeyondWhatThePeerPuts) {
 }
 
 TEST(LinesChecker, CatchesTwoPuts) {
-  std::string why = Check(kAlgos[1], {2, 4, false, false}, [](std::vector<plan>& p) {
+  std::string why = Check(kAlgos[1], {2, 4, false, false, 0}, [](std::vector<plan>& p) {
     plan& q = p[0];
     int cp = FirstOp(q, OP_COPY);  // SEND -> RECV block 0: now a second put
     q.ops[cp].kind = OP_LINES_PUT;
@@ -146,18 +154,35 @@ TEST(LinesChecker, CatchesAOneSidedRead) {
   // All-gather of 2: rank 0 stops reading rank 1's lines, so nothing holds
   // rank 0 back while rank 1 still reads rank 0's: rank 0 could run two
   // calls ahead and overwrite them.
-  std::string why = Check(kAlgos[1], {2, 4, false, false}, [](std::vector<plan>& p) {
+  std::string why = Check(kAlgos[1], {2, 4, false, false, 0}, [](std::vector<plan>& p) {
     plan& q = p[0];
     int rd = FirstOp(q, OP_LINES_COPY);
     q.ops[rd].kind = OP_COPY;  // a local copy instead: wrong data as well
     q.ops[rd].peer = -1;
     q.ops[rd].src = plan_ref_make(PB_SEND, 0);
   });
-  EXPECT_NE(why.find("never reads rank 1's"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 0 never reads rank 1's lines"), std::string::npos) << why;
+}
+
+// Broadcast's readers put a token that every other rank reads. Reading
+// only the root (as the data alone would need) lets a reader run two calls
+// ahead of another call's root when roots change: the checker refuses it.
+TEST(LinesChecker, BroadcastReadersReadEachOthersTokens) {
+  EXPECT_EQ(Check(kAlgos[3], {3, 5, false, false, 1}), "");
+  std::string why = Check(kAlgos[3], {3, 5, false, false, 1}, [](std::vector<plan>& p) {
+    plan& q = p[0];  // a reader: its read of rank 2's token becomes a local copy
+    for (uint32_t o = 0; o < q.nops; o++)
+      if (q.ops[o].kind == OP_LINES_COPY && q.ops[o].peer == 2) {
+        q.ops[o].kind = OP_COPY;
+        q.ops[o].peer = -1;
+        q.ops[o].src = plan_ref_make(PB_RECV, 0);
+      }
+  });
+  EXPECT_NE(why.find("rank 0 never reads rank 2's lines"), std::string::npos) << why;
 }
 
 TEST(LinesChecker, CatchesAReadSharingItsStep) {
-  std::string why = Check(kAlgos[0], {2, 4, false, false}, [](std::vector<plan>& p) {
+  std::string why = Check(kAlgos[0], {2, 4, false, false, 0}, [](std::vector<plan>& p) {
     plan& q = p[0];
     ASSERT_GE(q.nsteps, 3u);
     // Merge the first read into the put's step.
@@ -168,7 +193,7 @@ TEST(LinesChecker, CatchesAReadSharingItsStep) {
 }
 
 TEST(LinesChecker, CatchesLinesBesideASync) {
-  std::string why = Check(kAlgos[0], {2, 4, false, false}, [](std::vector<plan>& p) {
+  std::string why = Check(kAlgos[0], {2, 4, false, false, 0}, [](std::vector<plan>& p) {
     for (plan& q : p) {
       plan_step_begin(&q);
       plan_add(&q, OP_SYNC, -1, plan_ref_make(PB_SCRATCH, 0), plan_ref_make(PB_SCRATCH, 0), 1);
