@@ -103,8 +103,8 @@ static void print_tuning(void) {
   for (int c = 0; c < TUNE_COLL_COUNT; c++) {
     /* One host, host memory, LOOM_DETERMINISTIC as set: what a
      * communicator of processes here would choose from. */
-    unsigned avail =
-        algo_candidates((enum coll_kind)c, params_get()->direct, 1, params_get()->deterministic, k);
+    unsigned avail = algo_candidates((enum coll_kind)c, params_get()->direct, params_get()->direct,
+                                     params_get()->deterministic, k);
     if (!avail) continue;
     for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++) {
       int n = ranks[ri];

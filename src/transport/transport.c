@@ -330,7 +330,7 @@ int tp_shm_named(struct loom_comm* comm) {
 }
 
 int tp_lines_ok(struct loom_comm* comm) {
-  return comm->tp->segs.same_host == comm->nranks &&
+  return params_get()->direct != 0 && comm->tp->segs.same_host == comm->nranks &&
          (tp_transport_allowed("shm") || tp_transport_allowed("local"));
 }
 

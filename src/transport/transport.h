@@ -278,8 +278,9 @@ loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t
  * segment, two areas of 8-byte words, used by its calls in turn; a word
  * carries 4 bytes of data and the call's sequence number, written with one
  * store, so a reader that sees the number sees the data. */
-/* 1 when every rank of comm is on this host with its segment mapped and
- * LOOM_TRANSPORTS allows shared memory (agreed at init). */
+/* 1 when every rank of comm is on this host with its segment mapped,
+ * LOOM_TRANSPORTS allows shared memory and LOOM_DIRECT does not say 0 (all
+ * agreed at init). */
 int tp_lines_ok(struct loom_comm* comm);
 /* The sequence number of this rank's next call with lines; every rank
  * counts the same calls. */
