@@ -21,7 +21,11 @@ trap 'kill -KILL "${PIDS[@]}" 2>/dev/null; rm -rf "$TMP"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cases.sh"
 
 # hang CASE: runs the four ranks of CASE with their records in $TMP/CASE; the diagnosis in
-# $TMP/CASE.out.
+# $TMP/CASE.out. The ranks pass messages (LOOM_DIRECT=0: no direct plans, no lines): with
+# lines, where every rank waits on every other, a rank dead in collective #3 can leave the
+# others' records in a cycle of waits the diagnosis does not yet see through (DESIGN.md,
+# "Flight recorder").
+export LOOM_DIRECT=0
 hang() {
   local c=$1 r dir="$TMP/$1"
   mkdir -p "$dir"
