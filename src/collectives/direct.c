@@ -29,15 +29,6 @@ static void sync_step(struct plan* p) {
   plan_add(p, OP_SYNC, -1, ref(PB_SCRATCH, 0), ref(PB_SCRATCH, 0), 1);
 }
 
-/* PreMulSum scales each rank's input into scratch[at..at+len) before the
- * first sync, so peers read the scaled values; returns where the input is. */
-static enum plan_buf premul_input(const struct coll_args* a, struct plan* p, size_t len) {
-  if (!a->premul || len == 0) return PB_SEND;
-  plan_step_begin(p);
-  plan_add(p, OP_PREMUL, -1, ref(PB_SEND, 0), ref(PB_SCRATCH, 0), len);
-  return PB_SCRATCH;
-}
-
 /* dst[0..len) = own in[off..) op every peer's in[off..), slice by slice. */
 static void reduce_all(const struct coll_args* a, struct plan* p, enum plan_buf in, size_t off,
                        struct plan_ref dst, size_t len) {
@@ -59,7 +50,7 @@ loomResult_t oneshot_allreduce_build(const struct coll_args* a, struct plan* out
   out->buf_count[PB_RECV] = c;
   out->buf_count[PB_SCRATCH] = acc + c;
   if (c == 0) return plan_finish(out);
-  enum plan_buf in = premul_input(a, out, c);
+  enum plan_buf in = plan_premul_input(a, out, c);
   sync_step(out);
   reduce_all(a, out, in, 0, ref(PB_SCRATCH, acc), c);
   sync_step(out);
@@ -75,7 +66,7 @@ loomResult_t twoshot_allreduce_build(const struct coll_args* a, struct plan* out
   out->buf_count[PB_RECV] = c;
   out->buf_count[PB_SCRATCH] = a->premul ? c : 0;
   if (c == 0) return plan_finish(out);
-  enum plan_buf in = premul_input(a, out, c);
+  enum plan_buf in = plan_premul_input(a, out, c);
   sync_step(out);
   /* Reduce-scatter: block r of RECV gets everyone's block r. */
   size_t lo = part_begin(c, n, r), len = part_begin(c, n, r + 1) - lo;
@@ -125,7 +116,7 @@ loomResult_t read_reducescatter_build(const struct coll_args* a, struct plan* ou
   out->buf_count[PB_RECV] = c;
   out->buf_count[PB_SCRATCH] = a->premul ? total : 0;
   if (c == 0) return plan_finish(out);
-  enum plan_buf in = premul_input(a, out, total);
+  enum plan_buf in = plan_premul_input(a, out, total);
   sync_step(out);
   reduce_all(a, out, in, (size_t)a->rank * c, ref(PB_RECV, 0), c);
   if (a->avg) {

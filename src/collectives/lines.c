@@ -33,12 +33,7 @@ static struct plan_ref lines_at(size_t off) {
 
 /* Puts in[0..len) (PreMulSum: scaled into scratch first) into the lines. */
 static void put_input(const struct coll_args* a, struct plan* p, size_t len) {
-  enum plan_buf in = PB_SEND;
-  if (a->premul) {
-    plan_step_begin(p);
-    plan_add(p, OP_PREMUL, -1, ref(PB_SEND, 0), ref(PB_SCRATCH, 0), len);
-    in = PB_SCRATCH;
-  }
+  enum plan_buf in = plan_premul_input(a, p, len);
   p->lines_count = len;
   plan_step_begin(p);
   plan_add(p, OP_LINES_PUT, -1, ref(in, 0), lines_at(0), len);

@@ -101,6 +101,13 @@ static const char* const op_names[OP_KIND_COUNT] = {
 };
 static const char* const buf_names[PB_COUNT] = {"send", "recv", "scratch"};
 
+enum plan_buf plan_premul_input(const struct coll_args* a, struct plan* p, size_t len) {
+  if (!a->premul || len == 0) return PB_SEND;
+  plan_step_begin(p);
+  plan_add(p, OP_PREMUL, -1, plan_ref_make(PB_SEND, 0), plan_ref_make(PB_SCRATCH, 0), len);
+  return PB_SCRATCH;
+}
+
 const char* plan_op_name(unsigned kind) {
   return kind < OP_KIND_COUNT ? op_names[kind] : "?op";
 }

@@ -109,6 +109,12 @@ static inline struct plan_ref plan_ref_make(enum plan_buf b, size_t off) {
   struct plan_ref r = {(uint32_t)b, off};
   return r;
 }
+/* PreMulSum: a step that scales the rank's input SEND[0..len) into
+ * SCRATCH[0..len) (which the plan must size), so that what peers read or
+ * the plan sends is scaled. Returns where the input now is: PB_SCRATCH, or
+ * PB_SEND when the op is not PreMulSum. */
+struct coll_args;
+enum plan_buf plan_premul_input(const struct coll_args* a, struct plan* p, size_t len);
 /* Writes a readable listing of the plan (for LOOM_DEBUG=TRACE and tests). */
 void plan_print(const struct plan* p, char* buf, size_t len);
 /* Names for messages: "send", "recv_reduce", ...; "recv", "scratch", and

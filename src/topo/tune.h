@@ -42,7 +42,8 @@ enum tune_algo {
 
 /* What one rank's low-latency lines carry in one call, bytes: TUNE_LINES
  * serves a call whose rank puts at most this much (all-reduce: the vector;
- * all-gather: its block; reduce-scatter: all its blocks). */
+ * all-gather: its block; reduce-scatter: all its blocks; broadcast: the
+ * root's vector). */
 #define TUNE_LINES_BYTES (16u << 10)
 
 /* The sizes at which the calibration measures the bandwidths, per rank's
