@@ -110,7 +110,17 @@ struct host_launch {
   /* The waiting policy of runs_progress. */
   int spin, spin_max;
   uint64_t yield_ns, yield_end;
+  /* The bell this launch announced itself on (bell_announce) before its
+   * last look ahead of a sleep; NULL while it spins or yields, when the
+   * peers' bell_nudge skips it. */
+  struct bell* announced;
 };
+
+static void host_unannounce(struct host_launch* h) {
+  if (!h->announced) return;
+  bell_announce(h->announced, -1);
+  h->announced = NULL;
+}
 
 /* The launch's block (host_prepare): each part starts aligned. */
 _Static_assert(sizeof(struct host_launch) % _Alignof(struct comm_run) == 0 &&
@@ -747,6 +757,7 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
   if (moved) {
     h->spin = 0;
     h->yield_end = 0;
+    host_unannounce(h);
     return loomSuccess;
   }
   if (h->started)
@@ -780,6 +791,14 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
   if (h->started) /* before, another launch may be running on the comm */
     for (int i = 0; i < h->nruns; i++)
       if (!h->runs[i].done) tp_idle(h->runs[i].comm); /* a second call returns at once */
+  /* Lines and syncs nudge (bell_nudge) instead of ringing: announced, this
+   * launch looks once more before it sleeps. */
+  if (h->announced != bell) {
+    host_unannounce(h);
+    bell_announce(bell, 1);
+    h->announced = bell;
+    return loomSuccess;
+  }
   bell_wait(bell, seen, h->nruns > 1 ? 200 : 100000);
   return loomSuccess;
 }
@@ -888,6 +907,7 @@ static loomResult_t host_launch(struct exec_launch* l) {
 
 static void host_release(struct exec_launch* l) {
   struct host_launch* h = l->state;
+  host_unannounce(h);
   if (l->result != loomSuccess && h->started && !l->cancel) {
     /* Transfers of an interrupted plan may still sit in connection queues,
      * some pointing into the caller's buffers: withdraw them all, and leave

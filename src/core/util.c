@@ -43,6 +43,22 @@ void bell_ring(struct bell* b) {
     syscall(SYS_futex, &b->seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
 }
 
+/* Both sides fence between their store and their load (the waiter's
+ * sleepers, the ringer's data), so at least one sees the other's: the
+ * ringer the announcement, or the waiter's last look the data. */
+void bell_nudge(struct bell* b) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&b->sleepers, memory_order_relaxed) > 0) bell_ring(b);
+}
+
+void bell_announce(struct bell* b, int delta) {
+  if (delta > 0)
+    atomic_fetch_add_explicit(&b->sleepers, (uint32_t)delta, memory_order_seq_cst);
+  else
+    atomic_fetch_sub_explicit(&b->sleepers, (uint32_t)-delta, memory_order_seq_cst);
+  atomic_thread_fence(memory_order_seq_cst);
+}
+
 void bell_wait(struct bell* b, uint32_t seen, long timeout_us) {
   struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000};
   atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);

@@ -53,6 +53,16 @@ void bell_ring(struct bell* b);
 /* Sleeps until the count differs from seen or timeout_us passes. May return
  * early. Never blocks longer than timeout_us. */
 void bell_wait(struct bell* b, uint32_t seen, long timeout_us);
+/* A ring for waiters that announce themselves (bell_announce) before their
+ * last look: rings only when one is announced or asleep, so a waiter that
+ * spins or yields costs the ringer no atomic on its cache line, and keeps
+ * the line in its own cache. The caller's stores before it are seen by any
+ * waiter it does not ring. */
+void bell_nudge(struct bell* b);
+/* A waiter says it may sleep (+1) or no longer will (-1). Between +1 and a
+ * sleep it must look for its work once more: a bell_nudge after that look
+ * rings, and one before it left its stores for the look to see. */
+void bell_announce(struct bell* b, int delta);
 
 /* Fills buf with random bytes from the kernel. */
 loomResult_t random_bytes(void* buf, size_t len);

@@ -13,10 +13,10 @@
  *
  * Two areas, used in turn by consecutive calls (the sequence number's
  * parity): collectives/lines.c says why a rank may overwrite an area two
- * calls later. The put rings the peers' doorbells: one atomic add each,
- * and a futex wake only for a peer that sleeps (one that waited past its
- * spin), so a rank that gave up its core is woken as soon as the data is
- * there. */
+ * calls later. The put nudges the peers' doorbells (bell_nudge): a peer
+ * that spins or yields costs it one look at a line that stays shared, one
+ * that is about to sleep a ring and a futex wake, so a rank that gave up
+ * its core is woken as soon as the data is there. */
 #include <string.h>
 
 #include "core/util.h"
@@ -45,7 +45,7 @@ void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* 
     atomic_store_explicit(&w[whole], tag | v, memory_order_relaxed);
   }
   for (int p = 0; p < comm->nranks; p++)
-    if (p != comm->rank) bell_ring(tp_peer_bell(comm, p));
+    if (p != comm->rank) bell_nudge(tp_peer_bell(comm, p));
 }
 
 /* Copies n bytes at byte offset off of the words w (all present) to out. */

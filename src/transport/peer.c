@@ -169,8 +169,8 @@ void tp_sync_arrive(struct loom_comm* comm) {
   ps->gen++;
   TSAN_RELEASE(comm, comm->rank);
   atomic_store_explicit(&tp_pub(comm, comm->rank)->phase, ps->gen, memory_order_release);
-  for (int p = 0; p < comm->nranks; p++)
-    if (p != comm->rank) bell_ring(tp_peer_bell(comm, p));
+  for (int p = 0; p < comm->nranks; p++) /* only the host executor waits on syncs */
+    if (p != comm->rank) bell_nudge(tp_peer_bell(comm, p));
 }
 
 int tp_sync_done(struct loom_comm* comm) {
