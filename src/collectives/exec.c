@@ -2,7 +2,9 @@
  * prepare, launch, progress to the end, release (collectives/exec.h). */
 #include "collectives/exec.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "collectives/coll.h"
 #include "core/checks.h"
@@ -35,6 +37,57 @@ const char* exec_refusal(const struct loom_stream* s, enum mem_kind k) {
   return "no executor of this build can serve";
 }
 
+/* Each thread keeps the last launch block it freed for its next launch:
+ * the block is larger than malloc's per-thread caches serve, and
+ * allocating and freeing it cost a small call more than all the rest of
+ * its launch (docs/PERFORMANCE.md, "Launch overhead"). A pthread key, set
+ * once per thread, frees it when the thread exits. */
+static _Thread_local struct exec_launch* spare;
+static _Thread_local int spare_keyed;
+static pthread_key_t spare_key;
+static int spare_key_ok;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+
+static void spare_free(void* unused) {
+  (void)unused;
+  free(spare);
+  spare = NULL;
+}
+
+static void spare_init(void) {
+  spare_key_ok = pthread_key_create(&spare_key, spare_free) == 0;
+}
+
+/* A zeroed block of at least bytes: the thread's spare when it is large
+ * enough, else a new one. */
+static struct exec_launch* block_get(size_t bytes) {
+  struct exec_launch* l = spare;
+  if (l && l->block_bytes >= bytes) {
+    spare = NULL;
+    bytes = l->block_bytes;
+    memset(l, 0, bytes);
+  } else {
+    l = calloc(1, bytes);
+  }
+  if (l) l->block_bytes = bytes;
+  return l;
+}
+
+/* Keeps l as the thread's spare (the larger of the two), or frees it where
+ * the thread's exit could not. */
+static void block_put(struct exec_launch* l) {
+  if (!spare_keyed) {
+    pthread_once(&spare_once, spare_init);
+    spare_keyed = spare_key_ok && pthread_setspecific(spare_key, (void*)1) == 0;
+  }
+  if (!spare_keyed || (spare && spare->block_bytes >= l->block_bytes)) {
+    free(l);
+    return;
+  }
+  free(spare);
+  spare = l;
+}
+
 loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exec_launch** out) {
   *out = NULL;
   struct loom_stream* first = NULL;
@@ -54,7 +107,7 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
   }
   /* The launch and the executor's state in one block. */
   size_t head = (sizeof(struct exec_launch) + 15) & ~(size_t)15;
-  struct exec_launch* l = calloc(1, head + ex->state_size(ntasks));
+  struct exec_launch* l = block_get(head + ex->state_size(ntasks));
   if (!l) {
     tasks_release(tasks, ntasks);
     return err_set(tasks[0].comm, loomSystemError, "out of memory");
@@ -79,7 +132,7 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
     for (int i = 0; i < ntasks; i++) recorder_end(tasks[i].comm->rec, tasks[i].rec, r);
     ex->release(l);
     tasks_release(tasks, ntasks);
-    free(l);
+    block_put(l);
     return r;
   }
   *out = l;
@@ -95,7 +148,7 @@ static void launch_free(struct exec_launch* l) {
     event_release(l->done_event);
   }
   tasks_release(l->tasks, l->ntasks);
-  free(l);
+  block_put(l);
 }
 
 void exec_launch_arm(struct exec_launch* l) {

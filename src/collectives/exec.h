@@ -60,6 +60,7 @@ struct exec_launch {
    * the one it runs on wait for it), and armed when its turns come; NULL:
    * nobody waits. A reference, the launch's. */
   struct loom_event* done_event;
+  size_t block_bytes; /* the block's size (the launch, then the state) */
 };
 
 extern const struct loom_executor exec_host;

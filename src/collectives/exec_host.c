@@ -44,6 +44,8 @@ struct unit {
   int ntasks;
 };
 
+#define XF_SMALL 2 /* transfers of a step that need no allocation */
+
 struct exec {
   struct loom_comm* comm;
   const struct plan* plan;
@@ -64,9 +66,12 @@ struct exec {
   int lines_wait;       /* the step reads a peer's lines (lines_op) not all there yet */
   uint32_t lines_op;    /* ... its op */
   size_t lines_checked; /* ... how much of them an earlier look found there */
-  struct xfer* xf;
-  uint8_t* xf_state; /* XF_* per slot of xf (in xf's block) */
+  struct xfer* xf;      /* xf_small, or a block of its own for larger steps */
+  uint8_t* xf_state;    /* XF_* per slot of xf (in xf's block) */
   uint32_t nxf, xf_cap;
+  /* Most steps post one or two transfers: those need no allocation. */
+  struct xfer xf_small[XF_SMALL];
+  uint8_t xf_small_state[XF_SMALL];
   char* stage; /* staging for receive-and-reduce without a fused transport */
   size_t stage_cap;
   uint32_t fault_step; /* UINT32_MAX: none */
@@ -340,15 +345,24 @@ static loomResult_t exec_stage_reserve(struct exec* e, const struct plan_step* s
   return loomSuccess;
 }
 
+static void exec_xf_free(struct exec* e) {
+  if (e->xf != e->xf_small) free(e->xf);
+  e->xf = NULL;
+}
+
 static loomResult_t exec_post_step(struct exec* e) {
   const struct plan_step* st = &e->plan->steps[e->step];
   uint32_t nops = st->op_end - st->op_begin;
   size_t staged = 0;
-  if (nops > e->xf_cap) {
+  if (nops > e->xf_cap && nops <= XF_SMALL) {
+    e->xf = e->xf_small;
+    e->xf_state = e->xf_small_state;
+    e->xf_cap = XF_SMALL;
+  } else if (nops > e->xf_cap) {
     /* The transfers and their states in one block. */
     struct xfer* nx = malloc(nops * (sizeof(*nx) + 1));
     if (!nx) return err_set(e->comm, loomSystemError, "out of memory");
-    free(e->xf);
+    exec_xf_free(e);
     e->xf = nx;
     e->xf_state = (uint8_t*)(nx + nops);
     e->xf_cap = nops;
@@ -760,7 +774,9 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
     host_unannounce(h);
     return loomSuccess;
   }
-  if (h->started)
+  /* While spinning, the checks (a clock read, the peers' health) every 32nd
+   * pass: they cost more than the look for data, which they would delay. */
+  if (h->started && (h->spin >= h->spin_max || h->spin % 32 == 0))
     for (int i = 0; i < h->nruns; i++)
       if (!h->runs[i].done) LOOM_CHECK(run_check(&h->runs[i]));
   if (h->spin < h->spin_max) {
@@ -929,7 +945,7 @@ static void host_release(struct exec_launch* l) {
   for (int i = h->nruns - 1; i >= 0; i--) {
     struct comm_run* run = &h->runs[i];
     exec_reset(&run->ex);
-    free(run->ex.xf);
+    exec_xf_free(&run->ex);
     memstat_sub(run->comm, MEM_STAGING, -1, run->ex.stage_cap);
     free(run->ex.stage);
     for (int u = 0; u < run->nunits; u++) plan_obj_unref(run->units[u].plan);
