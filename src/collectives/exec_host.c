@@ -774,9 +774,7 @@ static loomResult_t host_progress(struct exec_launch* l, int* done_out) {
     host_unannounce(h);
     return loomSuccess;
   }
-  /* While spinning, the checks (a clock read, the peers' health) every 32nd
-   * pass: they cost more than the look for data, which they would delay. */
-  if (h->started && (h->spin >= h->spin_max || h->spin % 32 == 0))
+  if (h->started)
     for (int i = 0; i < h->nruns; i++)
       if (!h->runs[i].done) LOOM_CHECK(run_check(&h->runs[i]));
   if (h->spin < h->spin_max) {
