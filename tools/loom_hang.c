@@ -459,6 +459,16 @@ static const struct hang_op* coll_at(const struct hang_rank* r, long long seq) {
   return lo < r->nops && !r->ops[lo].p2p && r->ops[lo].seq == seq ? &r->ops[lo] : NULL;
 }
 
+/* A collective's wait on a peer whose record shows that collective done: the peer delivered
+ * what it had to (or the wait would not have let it finish), so what ended the wait was the
+ * communicator's failure, not the peer. */
+static int stale_wait(struct hang_rank* const* rr, const struct hang_op* o) {
+  const struct hang_rank* p = rr[o->wait_peer];
+  if (o->p2p || !p) return 0;
+  const struct hang_op* there = coll_at(p, o->seq);
+  return there && !strcmp(there->state, "done");
+}
+
 /* The first pending operation of r (collective or not, by call), or NULL. */
 static const struct hang_op* first_pending(const struct hang_rank* r) {
   const struct hang_op* best = NULL;
@@ -637,7 +647,19 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
     int r = pr[i];
     if (!o) continue;
     op_name(o, a, sizeof(a));
-    if (o->wait_peer >= 0 && o->wait_peer < nranks) {
+    if (o->wait_peer >= 0 && o->wait_peer < nranks && stale_wait(rr, o)) {
+      /* Its peer finished that collective since (its record says so): the wait did not hold
+       * this rank, the failure ended it, so it waits on the rank its error names. Ranks that
+       * each wait on every other (lines) otherwise seem to wait in a cycle. */
+      int fp = rr[r]->failed_peer;
+      waits[r] = fp >= 0 && fp < nranks && fp != r ? fp : -1;
+      fprintf(out,
+              "  rank %d waited in %s, step %lld of %lld, on rank %lld, which has finished it "
+              "since: the failure ended the wait",
+              r, a, o->step + 1, o->nsteps, o->wait_peer);
+      if (waits[r] >= 0) fprintf(out, " (its error names rank %d)", waits[r]);
+      fputc('\n', out);
+    } else if (o->wait_peer >= 0 && o->wait_peer < nranks) {
       waits[r] = (int)o->wait_peer;
       fprintf(out, "  rank %d waits in %s, step %lld of %lld, on rank %lld (%s %lld bytes)\n", r, a,
               o->step + 1, o->nsteps, o->wait_peer,
@@ -698,9 +720,30 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
         snprintf(a, sizeof(a), " in collective #%lld", lo);
       else
         snprintf(a, sizeof(a), " in collectives #%lld to #%lld", lo, hi);
-      snprintf(verdict, sizeof(verdict), "rank(s) %s hold the others back%s%s%s", list, a,
-               missing_held ? ": no record from them (dead, stopped, or unable to write it)" : "",
-               failed_named ? "; the others' error names them as failed" : "");
+      /* The ranks the others' errors name as failed, with no record of their own: the
+       * failure is seen first hand (a connection closed without a goodbye), a wait only says
+       * whom a rank polled when the failure stopped it. Where every rank the waits lead to left
+       * no record either (a damaged record, or one rank still stopped in an earlier call of
+       * a plan where every rank waits on every other), the failure is named. */
+      int named_missing = 0, held_recorded = 0;
+      for (int r = 0; r < nranks; r++) mark[r] = 0;
+      for (int i = 0; i < npr; i++) {
+        int fp = rr[pr[i]]->failed_peer;
+        if (fp >= 0 && fp < nranks && !rr[fp]) mark[fp] = 1, named_missing = 1;
+      }
+      for (int r = 0; r < nranks; r++) held_recorded |= mark2[r] && rr[r] != NULL;
+      if (!failed_named && named_missing && !held_recorded) {
+        rank_list(mark, nranks, 1, list2, sizeof(list2));
+        snprintf(verdict, sizeof(verdict),
+                 "rank(s) %s hold the others back%s: no record from them (dead, stopped, or "
+                 "unable to write it); the others' error names them as failed (the waits lead to "
+                 "rank(s) %s, which left no record either)",
+                 list2, a, list);
+      } else {
+        snprintf(verdict, sizeof(verdict), "rank(s) %s hold the others back%s%s%s", list, a,
+                 missing_held ? ": no record from them (dead, stopped, or unable to write it)" : "",
+                 failed_named ? "; the others' error names them as failed" : "");
+      }
     }
   }
   if (!verdict[0]) {

@@ -21,11 +21,9 @@ trap 'kill -KILL "${PIDS[@]}" 2>/dev/null; rm -rf "$TMP"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cases.sh"
 
 # hang CASE: runs the four ranks of CASE with their records in $TMP/CASE; the diagnosis in
-# $TMP/CASE.out. The ranks pass messages (LOOM_DIRECT=0: no direct plans, no lines): with
-# lines, where every rank waits on every other, a rank dead in collective #3 can leave the
-# others' records in a cycle of waits the diagnosis does not yet see through (DESIGN.md,
-# "Flight recorder").
-export LOOM_DIRECT=0
+# $TMP/CASE.out. The tuner's choice stands: collectives #2 and #3 go by lines, where every rank
+# waits on every other, so a rank dead before #3 can leave one survivor stopped in #2 by the
+# failure while the others wait on it in #3 (DESIGN.md, "Flight recorder").
 hang() {
   local c=$1 r dir="$TMP/$1"
   mkdir -p "$dir"

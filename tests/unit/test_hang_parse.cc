@@ -210,4 +210,75 @@ TEST(HangDiagnose, MissingRankAndTwoCommunicators) {
   EXPECT_NE(d.find("diagnosis: no divergence found"), std::string::npos) << d;
 }
 
+// Lines plans, where every rank waits on every other, and rank 2 dead: rank 0 was still in
+// collective #2, waiting on rank 3, when the failure stopped it; rank 3 had finished #2 and
+// waits in #3 on rank 0, as rank 1 does. Rank 0's wait is stale (rank 3 finished #2): what
+// holds it is the failure, which names rank 2, so the diagnosis names rank 2, not a cycle.
+// (hang_diagnose takes the records: each diagnosis parses them anew.)
+std::vector<hang_rank> DeadInLines(int failed_peer) {
+  std::vector<hang_rank> rr(3);
+  EXPECT_TRUE(Parse(Record(0, 4,
+                           {Op(1, "allreduce", 64, "float32", 0, "done"),
+                            Op(2, "allreduce", 4096, "float32", 0, "waiting", 3)},
+                           "c3", failed_peer),
+                    &rr[0]));
+  for (int k = 1; k < 3; k++)
+    EXPECT_TRUE(Parse(Record(k == 1 ? 1 : 3, 4,
+                             {Op(1, "allreduce", 64, "float32", 0, "done"),
+                              Op(2, "allreduce", 4096, "float32", 0, "done"),
+                              Op(3, "allgather", 256, "float32", 0, "waiting", 0)},
+                             "c3", failed_peer),
+                      &rr[k]));
+  return rr;
+}
+
+TEST(HangDiagnose, AWaitEndedByTheFailureIsNoCycle) {
+  std::vector<hang_rank> rr = DeadInLines(2);
+  std::string d = Diagnose(rr);
+  EXPECT_EQ(d.find("cycle:"), std::string::npos) << d;
+  EXPECT_NE(d.find("rank 0 waited in collective #2"), std::string::npos) << d;
+  EXPECT_NE(d.find("the failure ended the wait (its error names rank 2)"), std::string::npos) << d;
+  EXPECT_NE(d.find("diagnosis: rank(s) 2 hold the others back in collectives #2 to #3: no "
+                   "record from them (dead, stopped, or unable to write it); the others' error "
+                   "names them"),
+            std::string::npos)
+      << d;
+  // Without the failure's name the stale wait leads nowhere: no cycle, and the others wait
+  // on rank 0.
+  rr = DeadInLines(-1);
+  d = Diagnose(rr);
+  EXPECT_EQ(d.find("cycle:"), std::string::npos) << d;
+  EXPECT_NE(d.find("diagnosis: rank(s) 0 hold the others back"), std::string::npos) << d;
+}
+
+// Ranks 0 and 3 wait in #3 on rank 1, whose record was lost (damaged), and their errors name
+// rank 2 as failed: the failure, seen first hand, is named.
+std::vector<hang_rank> WaitOnALostRecord(int failed_peer) {
+  std::vector<hang_rank> rr(2);
+  for (int k = 0; k < 2; k++)
+    EXPECT_TRUE(Parse(Record(k == 0 ? 0 : 3, 4,
+                             {Op(2, "allreduce", 4096, "float32", 0, "done"),
+                              Op(3, "allgather", 256, "float32", 0, "waiting", 1)},
+                             "c4", failed_peer),
+                      &rr[k]));
+  return rr;
+}
+
+TEST(HangDiagnose, TheFailedRankOutweighsAWaitOnAnotherWithoutRecord) {
+  std::vector<hang_rank> rr = WaitOnALostRecord(2);
+  std::string d = Diagnose(rr);
+  EXPECT_NE(d.find("diagnosis: rank(s) 2 hold the others back in collective #3: no record from "
+                   "them (dead, stopped, or unable to write it); the others' error names them as "
+                   "failed (the waits lead to rank(s) 1, which left no record either)"),
+            std::string::npos)
+      << d;
+  // No failure named: the waits decide.
+  rr = WaitOnALostRecord(-1);
+  d = Diagnose(rr);
+  EXPECT_NE(d.find("diagnosis: rank(s) 1 hold the others back in collective #3: no record from "
+                   "them"),
+            std::string::npos)
+      << d;
+}
+
 }  // namespace
