@@ -2,11 +2,13 @@
  * first use (about half a second) and cached under the user's cache directory, or
  * read from LOOM_TUNING_FILE. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -371,15 +373,44 @@ static void cache_path(char* buf, size_t len) {
     snprintf(buf, len, "%s/.cache/loom", home && *home ? home : "/tmp");
 }
 
-static void consts_save(const struct tune_consts* k) {
-  char dir[400], path[512], tmp[540];
-  cache_path(dir, sizeof(dir));
+/* The cache directory and its parent, made where missing. */
+static void cache_dir_make(const char* dir) {
   char parent[400];
   snprintf(parent, sizeof(parent), "%s", dir);
   char* slash = strrchr(parent, '/');
   if (slash) *slash = '\0';
   mkdir(parent, 0700);
   mkdir(dir, 0700);
+}
+
+/* One calibration per host at a time: the ranks of a job start together, and measuring side
+ * by side they would disturb each other's figures and each take as long (64 ranks of one host
+ * took 10 s to their first communicator: docs/PERFORMANCE.md, "Communicator creation"). The
+ * first process takes the host's lock and measures; the others wait for it (at most a minute,
+ * then they measure anyway) and read what it saved. Returns the descriptor to close, or -1
+ * without a lock. */
+static int cache_lock(const char* dir) {
+  char path[512];
+  cache_dir_make(dir);
+  snprintf(path, sizeof(path), "%s/tuning-%016llx.lock", dir, (unsigned long long)host_id_get());
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  struct deadline dl = deadline_in_ms(60000);
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if ((errno != EWOULDBLOCK && errno != EINTR) || deadline_passed(&dl)) {
+      LOOM_INFO(SUB_TUNE, "no calibration lock (%s): calibrating beside others", path);
+      close(fd);
+      return -1;
+    }
+    usleep(5000);
+  }
+  return fd;
+}
+
+static void consts_save(const struct tune_consts* k) {
+  char dir[400], path[512], tmp[540];
+  cache_path(dir, sizeof(dir));
+  cache_dir_make(dir);
   snprintf(path, sizeof(path), "%s/tuning-%016llx.txt", dir, (unsigned long long)host_id_get());
   snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
   FILE* f = fopen(tmp, "w");
@@ -393,6 +424,8 @@ static void consts_save(const struct tune_consts* k) {
   fclose(f);
   rename(tmp, path); /* atomic: concurrent ranks never read half a file */
 }
+
+static void consts_measure(void);
 
 static void consts_find(void) {
   const char* file = params_get()->tuning_file;
@@ -410,6 +443,18 @@ static void consts_find(void) {
     LOOM_INFO(SUB_TUNE, "tuning constants from the cache %s", path);
     return;
   }
+  int lock = cache_lock(dir);
+  if (tune_consts_read(path, &consts_now, 1) == 0) { /* another process measured meanwhile */
+    LOOM_INFO(SUB_TUNE, "tuning constants from the cache %s", path);
+    if (lock >= 0) close(lock);
+    return;
+  }
+  consts_measure();
+  if (lock >= 0) close(lock); /* after the save: the next one reads it */
+}
+
+/* Calibrates this host and caches what it found (the lock held, where there is one). */
+static void consts_measure(void) {
   tune_calibrate(&consts_now);
   LOOM_INFO(SUB_TUNE,
             "calibrated: step %.2f us, copy %.2f GB/s, reduce %.2f GB/s, %d cpus, cma %.2f GB/s",

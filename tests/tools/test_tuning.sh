@@ -78,7 +78,28 @@ t_file_tables() {
   ! grep -qE " (oneshot|twoshot|read) " "$TMP/out" || { why="slow reads taken: $(grep -E ' (oneshot|twoshot|read) ' "$TMP/out")"; return 1; }
 }
 
+# Four processes of a fresh host at once (a job's ranks starting): one calibrates, holding the
+# host's lock, and the others wait and read what it saved; one more calibration only for each
+# that was too disturbed to be saved (then the next holder of the lock measures again).
+t_one_calibration() {
+  local d=$TMP/four k pids=()
+  mkdir -p "$d"
+  for k in 1 2 3 4; do
+    XDG_CACHE_HOME=$d/cache LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNE timeout 120 "$INFO" --tuning \
+      >"$d/out.$k" 2>"$d/err.$k" &
+    pids+=($!)
+  done
+  for k in "${pids[@]}"; do wait "$k" || { why="a loom_info failed: $(cat "$d"/err.*)"; return 1; }; done
+  local measured cached unsaved
+  measured=$(cat "$d"/err.* | grep -c "calibrated: step")
+  cached=$(cat "$d"/err.* | grep -c "tuning constants from the cache")
+  unsaved=$(cat "$d"/err.* | grep -c "disturbed by load: not cached")
+  [ "$measured" = $((1 + unsaved)) ] && [ $((measured + cached)) = 4 ] ||
+    { why="$measured calibrations ($unsaved not saved), $cached from the cache: $(cat "$d"/err.*)"; return 1; }
+}
+
 run_case "the calibration's tables; no ordered family by default" t_default
+run_case "four processes of a new host: one calibration" t_one_calibration
 run_case "LOOM_DETERMINISTIC=1: the ordered family (and lines, small) serve the reductions" t_deterministic
 run_case "LOOM_DIRECT=0: no direct plans" t_no_direct
 run_case "a tuning file's tables drive the choice" t_file_tables

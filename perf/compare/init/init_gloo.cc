@@ -41,7 +41,8 @@ int main() {
   }
   int rank = atoi(r), size = atoi(n);
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  const char* host = getenv("GLOO_HOST"); /* this rank's address (perf/compare/init/net) */
+  attr.hostname = host && *host ? host : "127.0.0.1";
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(dir);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
