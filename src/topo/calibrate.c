@@ -385,7 +385,7 @@ static void cache_dir_make(const char* dir) {
 
 /* One calibration per host at a time: the ranks of a job start together, and measuring side
  * by side they would disturb each other's figures and each take as long (64 ranks of one host
- * took 10 s to their first communicator: docs/PERFORMANCE.md, "Communicator creation"). The
+ * took 20 s to their first communicator: docs/PERFORMANCE.md, "Communicator creation"). The
  * first process takes the host's lock and measures; the others wait for it (at most a minute,
  * then they measure anyway) and read what it saved. Returns the descriptor to close, or -1
  * without a lock. */
