@@ -425,34 +425,6 @@ static void consts_save(const struct tune_consts* k) {
   rename(tmp, path); /* atomic: concurrent ranks never read half a file */
 }
 
-static void consts_measure(void);
-
-static void consts_find(void) {
-  const char* file = params_get()->tuning_file;
-  if (file && *file) {
-    if (tune_consts_read(file, &consts_now, 0) == 0) {
-      LOOM_INFO(SUB_TUNE, "tuning constants from %s", file);
-      return;
-    }
-    LOOM_INFO(SUB_TUNE, "cannot read tuning constants from %s: calibrating", file);
-  }
-  char dir[400], path[512];
-  cache_path(dir, sizeof(dir));
-  snprintf(path, sizeof(path), "%s/tuning-%016llx.txt", dir, (unsigned long long)host_id_get());
-  if (tune_consts_read(path, &consts_now, 1) == 0) {
-    LOOM_INFO(SUB_TUNE, "tuning constants from the cache %s", path);
-    return;
-  }
-  int lock = cache_lock(dir);
-  if (tune_consts_read(path, &consts_now, 1) == 0) { /* another process measured meanwhile */
-    LOOM_INFO(SUB_TUNE, "tuning constants from the cache %s", path);
-    if (lock >= 0) close(lock);
-    return;
-  }
-  consts_measure();
-  if (lock >= 0) close(lock); /* after the save: the next one reads it */
-}
-
 /* Calibrates this host and caches what it found (the lock held, where there is one). */
 static void consts_measure(void) {
   tune_calibrate(&consts_now);
@@ -468,6 +440,32 @@ static void consts_measure(void) {
     return;
   }
   consts_save(&consts_now);
+}
+
+/* The cached constants of this host into consts_now: 0, or -1 when there are none. */
+static int cache_read(const char* path) {
+  if (tune_consts_read(path, &consts_now, 1) != 0) return -1;
+  LOOM_INFO(SUB_TUNE, "tuning constants from the cache %s", path);
+  return 0;
+}
+
+static void consts_find(void) {
+  const char* file = params_get()->tuning_file;
+  if (file && *file) {
+    if (tune_consts_read(file, &consts_now, 0) == 0) {
+      LOOM_INFO(SUB_TUNE, "tuning constants from %s", file);
+      return;
+    }
+    LOOM_INFO(SUB_TUNE, "cannot read tuning constants from %s: calibrating", file);
+  }
+  char dir[400], path[512];
+  cache_path(dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/tuning-%016llx.txt", dir, (unsigned long long)host_id_get());
+  if (cache_read(path) == 0) return;
+  int lock = cache_lock(dir);
+  if (cache_read(path) != 0) /* else another process measured while this one waited */
+    consts_measure();
+  if (lock >= 0) close(lock); /* after the save: the next one reads it */
 }
 
 static void consts_init(void) {
