@@ -722,23 +722,32 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
         snprintf(a, sizeof(a), " in collectives #%lld to #%lld", lo, hi);
       /* The ranks the others' errors name as failed, with no record of their own: the
        * failure is seen first hand (a connection closed without a goodbye), a wait only says
-       * whom a rank polled when the failure stopped it. Where every rank the waits lead to left
-       * no record either (a damaged record, or one rank still stopped in an earlier call of
-       * a plan where every rank waits on every other), the failure is named. */
-      int named_missing = 0, held_recorded = 0;
+       * whom a rank polled when the failure stopped it. Where no rank the waits lead to left a
+       * record (a damaged record, or one rank still stopped in an earlier call of a plan where
+       * every rank waits on every other), the failed ranks are named, and the others the waits
+       * lead to are listed beside them. */
+      int named_missing = 0, held_recorded = 0, held_unnamed = 0;
       for (int r = 0; r < nranks; r++) mark[r] = 0;
       for (int i = 0; i < npr; i++) {
         int fp = rr[pr[i]]->failed_peer;
         if (fp >= 0 && fp < nranks && !rr[fp]) mark[fp] = 1, named_missing = 1;
       }
-      for (int r = 0; r < nranks; r++) held_recorded |= mark2[r] && rr[r] != NULL;
-      if (!failed_named && named_missing && !held_recorded) {
+      for (int r = 0; r < nranks; r++) {
+        held_recorded |= mark2[r] && rr[r] != NULL;
+        mark2[r] = mark2[r] && !mark[r]; /* now: held, not named */
+        held_unnamed |= mark2[r];
+      }
+      if (named_missing && !held_recorded) {
+        char others[600] = "";
         rank_list(mark, nranks, 1, list2, sizeof(list2));
+        rank_list(mark2, nranks, 1, list, sizeof(list));
+        if (held_unnamed)
+          snprintf(others, sizeof(others),
+                   " (the waits lead to rank(s) %s, which left no record either)", list);
         snprintf(verdict, sizeof(verdict),
                  "rank(s) %s hold the others back%s: no record from them (dead, stopped, or "
-                 "unable to write it); the others' error names them as failed (the waits lead to "
-                 "rank(s) %s, which left no record either)",
-                 list2, a, list);
+                 "unable to write it); the others' error names them as failed%s",
+                 list2, a, others);
       } else {
         snprintf(verdict, sizeof(verdict), "rank(s) %s hold the others back%s%s%s", list, a,
                  missing_held ? ": no record from them (dead, stopped, or unable to write it)" : "",

@@ -281,4 +281,22 @@ TEST(HangDiagnose, TheFailedRankOutweighsAWaitOnAnotherWithoutRecord) {
       << d;
 }
 
+// As above, but rank 3 waits on rank 2 itself: the waits lead to ranks 1 and 2, neither with a
+// record, and the errors name rank 2 (seen in test_hang.sh's damaged-record case under load).
+TEST(HangDiagnose, TheFailedRankIsNamedAmongRanksWithoutRecord) {
+  std::vector<hang_rank> rr(2);
+  for (int k = 0; k < 2; k++)
+    ASSERT_TRUE(Parse(Record(k == 0 ? 0 : 3, 4,
+                             {Op(2, "allreduce", 4096, "float32", 0, "done"),
+                              Op(3, "allgather", 256, "float32", 0, "waiting", k == 0 ? 1 : 2)},
+                             "c5", 2),
+                      &rr[k]));
+  std::string d = Diagnose(rr);
+  EXPECT_NE(d.find("diagnosis: rank(s) 2 hold the others back in collective #3: no record from "
+                   "them (dead, stopped, or unable to write it); the others' error names them as "
+                   "failed (the waits lead to rank(s) 1, which left no record either)"),
+            std::string::npos)
+      << d;
+}
+
 }  // namespace
