@@ -90,11 +90,12 @@ static void print_tuning(void) {
       "processes: they need every rank on this host)\n",
       k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps);
   if (k->copy_at[0] > 0) {
-    printf("per rank's buffer, GB/s:  %8s %8s %8s\n", "fifo", "cma", "reduce");
+    printf("per rank's buffer, GB/s:  %8s %8s %8s %10s\n", "fifo", "cma", "reduce", "cma+reduce");
     for (int p = 0; p < TUNE_CAL_POINTS; p++) {
       char sz[32];
       size_text(tune_cal_bytes(p), sz, sizeof(sz));
-      printf("  %-23s %8.2f %8.2f %8.2f\n", sz, k->copy_at[p], k->cma_at[p], k->reduce_at[p]);
+      printf("  %-23s %8.2f %8.2f %8.2f %10.2f\n", sz, k->copy_at[p], k->cma_at[p], k->reduce_at[p],
+             k->cma_reduce_at[p]);
     }
   }
   printf("%-14s %5s  %-22s %-9s %s\n", "collective", "ranks", "sizes", "algorithm",

@@ -24,6 +24,7 @@
 #define CAL_SLICE (256u << 10) /* LOOM_SLICE_SIZE's default */
 #define CAL_SLOTS 4
 #define CMA_PIECE (4u << 20) /* as peer.c's cma_read */
+#define CMA_BOUNCE (256u << 10) /* as peer.c's tp_peer_read: its bounce buffer */
 
 static struct tune_consts consts_now;
 static pthread_once_t consts_once = PTHREAD_ONCE_INIT;
@@ -39,13 +40,18 @@ size_t tune_cal_bytes(int point) {
  * the other through a FIFO of slices (the ring's and pairwise's steps: copy
  * in, copy out, the two directions sharing the memory system), reading the
  * other's buffer by process_vm_readv (the direct plans between processes,
- * both ranks reading each other), or reducing. A single thread's memcpy of
+ * both ranks reading each other), reading it a bounce buffer at a time and
+ * folding each piece into its own (how one-shot and two-shot reduce what
+ * they read: the read and the fold share the caches, and together they ran
+ * at a third of what the read alone measured on a machine where that made
+ * two-shot the tuner's choice at twice the ring's time), or reducing. A
+ * single thread's memcpy of
  * a large buffer, what this measured before, is not what a plan sees: two
  * ranks copying at once, or reading by cross-memory attach at once, share
  * the caches and the memory bus, and buffers that fit a cache copy several
  * times faster than those that do not. */
 
-enum cal_kind { CAL_FIFO, CAL_CMA, CAL_REDUCE };
+enum cal_kind { CAL_FIFO, CAL_CMA, CAL_REDUCE, CAL_CMA_REDUCE, CAL_KINDS };
 
 struct cal_fifo {
   char* slot[CAL_SLOTS];
@@ -60,6 +66,7 @@ struct cal_pair {
   int reps; /* runs, the best of which counts */
   char* src[2];
   char* dst[2];
+  char* bounce[2];
   struct cal_fifo fifo[2]; /* fifo[i]: thread i's sends */
   double best_ns[2];
   _Atomic int failed;
@@ -118,6 +125,18 @@ static int cal_cma_run(struct cal_pair* cp, int me, size_t at) {
   return 0;
 }
 
+/* dst[me] += the peer's src, read a bounce buffer at a time. */
+static int cal_cma_reduce_run(struct cal_pair* cp, int me, size_t at) {
+  for (size_t off = at; off < at + cp->bytes; off += CMA_BOUNCE) {
+    size_t n = LOOM_MIN(at + cp->bytes - off, (size_t)CMA_BOUNCE);
+    struct iovec l = {cp->bounce[me], n}, rm = {cp->src[1 - me] + off, n};
+    if (process_vm_readv(getpid(), &l, 1, &rm, 1, 0) != (ssize_t)n) return -1;
+    cpu_reduce(loomFloat32, loomSum, cp->dst[me] + off, cp->bounce[me], cp->dst[me] + off,
+               n / sizeof(float));
+  }
+  return 0;
+}
+
 static void cal_side(struct cal_pair* cp, int me) {
   /* Each run takes the next piece of the buffers, as the perf tools (and
    * nccl-tests) move theirs from call to call: data that the last run left
@@ -129,6 +148,7 @@ static void cal_side(struct cal_pair* cp, int me) {
     uint64_t t0 = time_now_ns();
     if (cp->kind == CAL_FIFO) cal_fifo_run(cp, me, at);
     if (cp->kind == CAL_CMA && cal_cma_run(cp, me, at) != 0) cp->failed = 1;
+    if (cp->kind == CAL_CMA_REDUCE && cal_cma_reduce_run(cp, me, at) != 0) cp->failed = 1;
     if (cp->kind == CAL_REDUCE)
       cpu_reduce(loomFloat32, loomSum, cp->dst[me] + at, cp->src[me] + at, cp->dst[me] + at,
                  cp->bytes / sizeof(float));
@@ -180,10 +200,12 @@ static int cal_bandwidths(struct tune_consts* out) {
   for (int i = 0; cp && i < 2; i++) {
     cp->src[i] = malloc(CAL_BYTES);
     cp->dst[i] = malloc(CAL_BYTES);
-    if (!cp->src[i] || !cp->dst[i]) rc = -1;
+    cp->bounce[i] = malloc(CMA_BOUNCE);
+    if (!cp->src[i] || !cp->dst[i] || !cp->bounce[i]) rc = -1;
     if (rc == 0) {
       memset(cp->src[i], 1 + i, CAL_BYTES);
       memset(cp->dst[i], 0, CAL_BYTES);
+      memset(cp->bounce[i], 0, CMA_BOUNCE);
     }
     for (int s = 0; s < CAL_SLOTS; s++) {
       cp->fifo[i].slot[s] = malloc(CAL_SLICE);
@@ -195,15 +217,15 @@ static int cal_bandwidths(struct tune_consts* out) {
   }
   if (rc == 0) {
     cp->spin = cpus_online() >= 2;
-    double* tables[] = {out->copy_at, out->cma_at, out->reduce_at};
+    double* tables[CAL_KINDS] = {out->copy_at, out->cma_at, out->reduce_at, out->cma_reduce_at};
     for (int p = 0; p < TUNE_CAL_POINTS; p++)
-      for (int kind = 0; kind < 3; kind++)
+      for (int kind = 0; kind < CAL_KINDS; kind++)
         tables[kind][p] = cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p));
     /* A bandwidth falls as buffers outgrow the caches, never by half from
      * one point to the next larger: a point far below its larger
      * neighbour (or the largest far below its smaller one) was disturbed
      * (a preempted thread stalls the other), and is measured again. */
-    for (int kind = 0; kind < 3; kind++)
+    for (int kind = 0; kind < CAL_KINDS; kind++)
       for (int p = 0; p < TUNE_CAL_POINTS; p++)
         for (int again = 0; again < 4; again++) {
           double* t = tables[kind];
@@ -213,12 +235,13 @@ static int cal_bandwidths(struct tune_consts* out) {
         }
     /* Cross-memory attach either works at every size or not at all. */
     for (int p = 0; p < TUNE_CAL_POINTS; p++)
-      if (out->cma_at[p] <= 0)
-        for (int q = 0; q < TUNE_CAL_POINTS; q++) out->cma_at[q] = 0;
+      if (out->cma_at[p] <= 0 || out->cma_reduce_at[p] <= 0)
+        for (int q = 0; q < TUNE_CAL_POINTS; q++) out->cma_at[q] = out->cma_reduce_at[q] = 0;
   }
   for (int i = 0; cp && i < 2; i++) {
     free(cp->src[i]);
     free(cp->dst[i]);
+    free(cp->bounce[i]);
     for (int s = 0; s < CAL_SLOTS; s++) free(cp->fifo[i].slot[s]);
   }
   free(cp);
@@ -303,6 +326,7 @@ void tune_calibrate(struct tune_consts* out) {
     memset(out->copy_at, 0, sizeof(out->copy_at));
     memset(out->cma_at, 0, sizeof(out->cma_at));
     memset(out->reduce_at, 0, sizeof(out->reduce_at));
+    memset(out->cma_reduce_at, 0, sizeof(out->cma_reduce_at));
     return;
   }
   /* The single figures are the largest point's: what buffers that fit no
@@ -315,9 +339,10 @@ void tune_calibrate(struct tune_consts* out) {
 
 /* key@bytes for one of the points: the point's table entry, else NULL. */
 static double* table_entry(struct tune_consts* k, const char* key) {
-  static const char* const names[] = {"copy_gbps@", "cma_gbps@", "reduce_gbps@"};
-  double* tables[] = {k->copy_at, k->cma_at, k->reduce_at};
-  for (int t = 0; t < 3; t++) {
+  static const char* const names[] = {"copy_gbps@", "cma_gbps@", "reduce_gbps@",
+                                      "cma_reduce_gbps@"};
+  double* tables[] = {k->copy_at, k->cma_at, k->reduce_at, k->cma_reduce_at};
+  for (int t = 0; t < 4; t++) {
     size_t len = strlen(names[t]);
     if (strncmp(key, names[t], len) != 0) continue;
     char* end = NULL;
@@ -339,6 +364,7 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
   memset(k->copy_at, 0, sizeof(k->copy_at));
   memset(k->cma_at, 0, sizeof(k->cma_at));
   memset(k->reduce_at, 0, sizeof(k->reduce_at));
+  memset(k->cma_reduce_at, 0, sizeof(k->cma_reduce_at));
   while (fscanf(f, "%63s %lf", key, &v) == 2) {
     if (strcmp(key, "step_us") == 0) k->step_us = v, seen |= 1;
     if (strcmp(key, "copy_gbps") == 0) k->copy_gbps = v, seen |= 2;
@@ -359,8 +385,8 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
   if (!(seen & 16)) k->cma_gbps = cache ? -1 : 2 * k->copy_gbps;
   int ok = (seen | 16) == 31 && k->cma_gbps >= 0 && k->step_us > 0 && k->copy_gbps > 0 &&
            k->reduce_gbps > 0 && k->ncpus > 0 && !bad;
-  /* A cache from before the tables is measured again. */
-  if (cache && entries < 3 * TUNE_CAL_POINTS) ok = 0;
+  /* A cache from before the tables (or before cma_reduce_gbps@) is measured again. */
+  if (cache && entries < 4 * TUNE_CAL_POINTS) ok = 0;
   return ok ? 0 : -1;
 }
 
@@ -419,8 +445,9 @@ static void consts_save(const struct tune_consts* k) {
           "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n",
           k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us);
   for (int p = 0; p < TUNE_CAL_POINTS; p++)
-    fprintf(f, "copy_gbps@%zu %.3f\ncma_gbps@%zu %.3f\nreduce_gbps@%zu %.3f\n", tune_cal_bytes(p),
-            k->copy_at[p], tune_cal_bytes(p), k->cma_at[p], tune_cal_bytes(p), k->reduce_at[p]);
+    fprintf(f, "copy_gbps@%zu %.3f\ncma_gbps@%zu %.3f\nreduce_gbps@%zu %.3f\ncma_reduce_gbps@%zu %.3f\n",
+            tune_cal_bytes(p), k->copy_at[p], tune_cal_bytes(p), k->cma_at[p], tune_cal_bytes(p),
+            k->reduce_at[p], tune_cal_bytes(p), k->cma_reduce_at[p]);
   fclose(f);
   rename(tmp, path); /* atomic: concurrent ranks never read half a file */
 }

@@ -167,6 +167,21 @@ static double read_bw(const struct tune_consts* k, double S) {
   return copy_bw(k, S);
 }
 
+/* Microseconds to read `bytes` from peers and fold them into one's own, at
+ * buffer size S: between processes the calibration measured the two
+ * together, as one-shot and two-shot do them (a bounce buffer at a time:
+ * they share the caches, and the pair ran at a third of the read alone on a
+ * machine where adding the two figures made two-shot the choice at twice the
+ * ring's time); loads (thread ranks), or a tuning file without the table:
+ * the read, then the reduction. */
+static double read_reduce_us(const struct tune_consts* k, double bytes, double S) {
+  int table = 1;
+  for (int p = 0; p < TUNE_CAL_POINTS; p++) table = table && k->cma_reduce_at[p] > 0;
+  if (k->read_gbps <= 0 && k->cma_gbps > 0 && table)
+    return bytes / at_size(k->cma_reduce_at, 0, S);
+  return bytes / read_bw(k, S) + bytes / reduce_bw(k, S);
+}
+
 /* TUNE_ORDERED's reduce-scatter: per piece, one exchange with every peer and
  * n - 1 local fold steps (each about a step's latency); the ring's volume. */
 static double ordered_us(const struct tune_consts* k, int n, double S, double sl) {
@@ -206,14 +221,17 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
     /* Direct reads: a sync is about one step; each byte read from a peer
      * is one copy (cross-memory attach) or a load before it is reduced. */
     case TUNE_ONESHOT: {
-      double D = read_bw(k, S), reads = (n - 1) * slices(S, sl);
-      return 2 * sync_us(k, n) + reads * read_call(k) + (n - 1) * S / D + (n - 1) * S / R +
+      double reads = (n - 1) * slices(S, sl);
+      return 2 * sync_us(k, n) + reads * read_call(k) + read_reduce_us(k, (n - 1) * S, S) +
              2 * S / B;
     }
     case TUNE_TWOSHOT: {
       double reads = (n - 1) * (slices(S / n, sl) + 1);
-      return 3 * sync_us(k, n) + reads * read_call(k) + 2.0 * (n - 1) / n * S / read_bw(k, S) +
-             (double)(n - 1) / n * S / R;
+      /* Its own block copied, the peers' blocks read and folded in, then
+       * the other blocks read. */
+      double part = (double)(n - 1) / n * S;
+      return 3 * sync_us(k, n) + reads * read_call(k) + S / n / B + read_reduce_us(k, part, S) +
+             part / read_bw(k, S);
     }
     default:
       return -1;
@@ -222,13 +240,13 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
 
 /* The single-read plans of direct.c (TUNE_READ). */
 static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, double S) {
-  double B = 2 * copy_bw(k, S), R = reduce_bw(k, S), D = read_bw(k, S);
+  double B = 2 * copy_bw(k, S), D = read_bw(k, S);
   double part = (double)(n - 1) / n * S, calls = (n - 1) * read_call(k);
   switch (coll) {
     case TUNE_ALLGATHER:
       return 2 * sync_us(k, n) + calls + part / D + S / n / B;
     case TUNE_REDUCESCATTER:
-      return 2 * sync_us(k, n) + calls + part / D + part / R;
+      return 2 * sync_us(k, n) + calls + read_reduce_us(k, part, S);
     case TUNE_BROADCAST:
       return 2 * sync_us(k, n) + read_call(k) + S / D;
     /* Out of place, the common case, each block is read into its place

@@ -83,12 +83,16 @@ struct tune_consts {
   /* The bandwidths as the plans see them, at each of the TUNE_CAL_POINTS
    * sizes: two threads at once, each sending its buffer to the other
    * through a FIFO of slices (copy in, copy out), each reading the other's
-   * buffer by cross-memory attach, each reducing two buffers into a third.
-   * GB/s per rank; 0 (a tuning file without them): the figures above at
-   * every size. */
+   * buffer by cross-memory attach, each reducing two buffers into a third,
+   * each reading the other's buffer by cross-memory attach a bounce buffer
+   * at a time and folding it into its own (the reads of one-shot and
+   * two-shot, GB/s of what is read). GB/s per rank; 0 (a tuning file
+   * without them): the figures above at every size (for cma_reduce_at: a
+   * read at cma_at, then a reduction at reduce_at). */
   double copy_at[TUNE_CAL_POINTS];
   double cma_at[TUNE_CAL_POINTS];
   double reduce_at[TUNE_CAL_POINTS];
+  double cma_reduce_at[TUNE_CAL_POINTS];
 };
 
 /* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh
@@ -96,7 +100,8 @@ struct tune_consts {
  * back to built-in values with an INFO line). */
 const struct tune_consts* tune_consts_get(void);
 /* Reads a tuning file (LOOM_TUNING_FILE, or the cache) into k: lines of key and value, the
- * tables as copy_gbps@<bytes>, cma_gbps@<bytes> and reduce_gbps@<bytes> at the points'
+ * tables as copy_gbps@<bytes>, cma_gbps@<bytes>, reduce_gbps@<bytes> and
+ * cma_reduce_gbps@<bytes> at the points'
  * sizes. cache: every line a calibration writes must be there (an older cache lacks some and
  * is measured again); a tuning file may leave out cma_gbps (direct plans are then costed
  * with the copy bandwidth) and the tables (the single figures serve every size). 0, or -1

@@ -56,13 +56,15 @@ t_no_direct() {
   ! grep -qE " (oneshot|twoshot|read) " "$TMP/out" || { why="direct plans with LOOM_DIRECT=0: $(grep -E ' (oneshot|twoshot|read) ' "$TMP/out")"; return 1; }
 }
 
-# tuning CMA_GBPS: a tuning file whose FIFO runs at 8 GB/s at every size and cross-memory
-# attach at CMA_GBPS.
+# tuning CMA_GBPS [FOLD_GBPS]: a tuning file whose FIFO runs at 8 GB/s at every size and
+# cross-memory attach at CMA_GBPS; with FOLD_GBPS, reads folded into a rank's own buffer
+# (cma_reduce_gbps@) at that.
 tuning() {
   local f=$TMP/tuning.txt b
   printf 'step_us 2\ncopy_gbps 8\nreduce_gbps 12\nncpus 2\ncma_gbps %s\ncma_us 1\n' "$1" >"$f"
   for b in 65536 262144 1048576 4194304 16777216; do
     printf 'copy_gbps@%s 8\ncma_gbps@%s %s\nreduce_gbps@%s 12\n' "$b" "$b" "$1" "$b" >>"$f"
+    [ -z "${2:-}" ] || printf 'cma_reduce_gbps@%s %s\n' "$b" "$2" >>"$f"
   done
   echo "$f"
 }
@@ -76,6 +78,17 @@ t_file_tables() {
   info LOOM_TUNING_FILE="$(tuning 0.8)" || return 1
   # Ten times slower: no size of any collective reads.
   ! grep -qE " (oneshot|twoshot|read) " "$TMP/out" || { why="slow reads taken: $(grep -E ' (oneshot|twoshot|read) ' "$TMP/out")"; return 1; }
+}
+
+# Reads alone ten times faster than the FIFO, but read and folded in (as one-shot and two-shot
+# reduce) ten times slower: large all-gathers still read, no all-reduce goes to a direct plan.
+t_file_fold() {
+  info LOOM_TUNING_FILE="$(tuning 80 0.8)" || return 1
+  grep -q "^  1 MiB  *8.00  *80.00  *12.00  *0.80" "$TMP/out" || { why="tables not the file's: $(head -8 "$TMP/out")"; return 1; }
+  awk '$1 == "allgather" && $2 == 2' "$TMP/out" | tail -1 | grep -q " read " ||
+    { why="fast reads not taken: $(grep '^allgather' "$TMP/out")"; return 1; }
+  ! grep -E "^(allreduce|reducescatter) " "$TMP/out" | grep -qE " (oneshot|twoshot|read) " ||
+    { why="slow folds taken: $(grep -E '^(allreduce|reducescatter) ' "$TMP/out" | grep -E ' (oneshot|twoshot|read) ')"; return 1; }
 }
 
 # Four processes of a fresh host at once (a job's ranks starting): one calibrates, holding the
@@ -103,5 +116,6 @@ run_case "four processes of a new host: one calibration" t_one_calibration
 run_case "LOOM_DETERMINISTIC=1: the ordered family (and lines, small) serve the reductions" t_deterministic
 run_case "LOOM_DIRECT=0: no direct plans" t_no_direct
 run_case "a tuning file's tables drive the choice" t_file_tables
+run_case "reads folded in as slow as the file says: no direct all-reduce" t_file_fold
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -13,7 +13,7 @@ extern "C" {
 namespace {
 
 const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 0.0, 0.0, 0.0,
-                             0.0, 0,   0,    0, 0,   {},  {},  {}};
+                             0.0, 0,   0,    0, 0,   {},  {},  {}, {}};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
 // The families that pass messages through FIFOs (no direct reads, no lines).
 const unsigned kFifo =
@@ -187,6 +187,7 @@ TEST(Tune, CalibrationGivesUsableConstants) {
     EXPECT_GT(k.copy_at[p], 0) << p;
     EXPECT_GT(k.reduce_at[p], 0) << p;
     EXPECT_EQ(k.cma_at[p] > 0, k.cma_gbps > 0) << p;
+    EXPECT_EQ(k.cma_reduce_at[p] > 0, k.cma_gbps > 0) << p;
   }
   EXPECT_EQ(k.copy_gbps, k.copy_at[TUNE_CAL_POINTS - 1]);
   EXPECT_EQ(k.cma_gbps, k.cma_at[TUNE_CAL_POINTS - 1]);
@@ -215,12 +216,16 @@ TEST(Tune, NeverAFamilyTheCalibrationMeasuredSlower) {
     size_t bytes = tune_cal_bytes(p);
     if (bytes < (1u << 20)) continue;
     bool reads_slower = k.cma_at[p] < 0.9 * k.copy_at[p];
+    // An all-reduce's direct plans also fold what they read, as the
+    // calibration's cma+reduce did; the FIFO families reduce what arrived.
+    bool folds_slower = reads_slower && k.cma_reduce_at[p] < 0.9 * k.reduce_at[p];
     for (tune_coll c : {TUNE_ALLREDUCE, TUNE_ALLGATHER, TUNE_ALLTOALL}) {
       tune_algo pick = tune_pick_model(&k, c, 2, bytes, 256 << 10, kAll);
-      if (reads_slower) {
+      if (c == TUNE_ALLREDUCE ? folds_slower : reads_slower) {
         EXPECT_FALSE(direct & (1u << pick))
             << tune_coll_name(c) << " of " << bytes << " B by " << tune_algo_name(pick)
-            << ": reads measured " << k.cma_at[p] << " GB/s, the FIFO " << k.copy_at[p];
+            << ": reads measured " << k.cma_at[p] << " GB/s, the FIFO " << k.copy_at[p]
+            << ", reads folded in " << k.cma_reduce_at[p] << ", reductions " << k.reduce_at[p];
         judged++;
       }
     }
@@ -260,6 +265,49 @@ TEST(Tune, TablesFollowTheBufferSize) {
             tune_predict_us(&flat, TUNE_ALLTOALL, TUNE_READ, 2, 1u << 20, 256 << 10));
 }
 
+// Two-shot between processes: reading a peer's half and folding it in cost
+// what the calibration measured for the two together (cma_reduce_at), not a
+// read at cma_at plus a reduction at reduce_at. The tables of a machine
+// where reads alone measured faster than the FIFO from 1 MiB up, and the
+// two-shot plan ran at half the ring's speed (docs/PERFORMANCE.md, "The
+// tuner's choice"): the pair at a third of the read picks the ring; a
+// tuning file without the pair's table is costed as before.
+TEST(Tune, TwoShotCostsItsReadsAndFoldsTogether) {
+  tune_consts k = kConsts;
+  k.step_us = 1.86;
+  const double copy[TUNE_CAL_POINTS] = {14.25, 14.50, 10.26, 6.62, 7.63};
+  const double cma[TUNE_CAL_POINTS] = {9.84, 11.93, 13.46, 8.05, 5.70};
+  const double red[TUNE_CAL_POINTS] = {27.49, 25.83, 18.48, 18.69, 14.71};
+  const double folded[TUNE_CAL_POINTS] = {4.9, 6.5, 6.2, 4.4, 5.1};
+  for (int p = 0; p < TUNE_CAL_POINTS; p++)
+    k.copy_at[p] = copy[p], k.cma_at[p] = cma[p], k.reduce_at[p] = red[p],
+    k.cma_reduce_at[p] = folded[p];
+  k.copy_gbps = 7.63, k.cma_gbps = 5.70, k.reduce_gbps = 14.71, k.cma_us = 1;
+  tune_consts old = k;
+  for (int p = 0; p < TUNE_CAL_POINTS; p++) old.cma_reduce_at[p] = 0;
+  const unsigned direct = (1u << TUNE_ONESHOT) | (1u << TUNE_TWOSHOT) | (1u << TUNE_READ);
+  for (size_t bytes = 1u << 20; bytes <= (4u << 20); bytes *= 2) {
+    tune_algo pick = tune_pick_model(&k, TUNE_ALLREDUCE, 2, bytes, 256 << 10, kAll);
+    EXPECT_FALSE(direct & (1u << pick)) << bytes << " B: " << tune_algo_name(pick);
+    double two = tune_predict_us(&k, TUNE_ALLREDUCE, TUNE_TWOSHOT, 2, bytes, 256 << 10);
+    double ring = tune_predict_us(&k, TUNE_ALLREDUCE, TUNE_RING, 2, bytes, 256 << 10);
+    EXPECT_GT(two, 1.2 * ring) << bytes;
+    // Without the table: a read, then a reduction, the sum of the two
+    // figures, which is what misled the tuner there.
+    EXPECT_LT(tune_predict_us(&old, TUNE_ALLREDUCE, TUNE_TWOSHOT, 2, bytes, 256 << 10), two)
+        << bytes;
+  }
+  // Thread ranks read by plain loads: the table between processes does not apply.
+  tune_consts threads = k;
+  threads.read_gbps = 2 * k.copy_gbps;
+  threads.read_call_us = 0;
+  tune_consts threads_old = old;
+  threads_old.read_gbps = 2 * k.copy_gbps;
+  threads_old.read_call_us = 0;
+  EXPECT_EQ(tune_predict_us(&threads, TUNE_ALLREDUCE, TUNE_TWOSHOT, 2, 1u << 20, 256 << 10),
+            tune_predict_us(&threads_old, TUNE_ALLREDUCE, TUNE_TWOSHOT, 2, 1u << 20, 256 << 10));
+}
+
 // A tuning file and the cache: the tables by key@bytes at the points'
 // sizes; the cache must have all of them, a tuning file none or some; a
 // value no bandwidth has is refused.
@@ -284,9 +332,16 @@ TEST(Tune, TablesInFiles) {
     full += "copy_gbps@" + b + " " + std::to_string(10 + p) + "\ncma_gbps@" + b + " 4\n" +
             "reduce_gbps@" + b + " 12\n";
   }
+  write(full);  // a cache from before cma_reduce_gbps@: measure again; a tuning file may
+  EXPECT_EQ(tune_consts_read(path, &k, 1), -1);
+  ASSERT_EQ(tune_consts_read(path, &k, 0), 0);
+  EXPECT_EQ(k.cma_reduce_at[2], 0);
+  for (int p = 0; p < TUNE_CAL_POINTS; p++)
+    full += "cma_reduce_gbps@" + std::to_string(tune_cal_bytes(p)) + " 2.5\n";
   write(full);
   ASSERT_EQ(tune_consts_read(path, &k, 1), 0);
   for (int p = 0; p < TUNE_CAL_POINTS; p++) EXPECT_EQ(k.copy_at[p], 10 + p);
+  for (int p = 0; p < TUNE_CAL_POINTS; p++) EXPECT_EQ(k.cma_reduce_at[p], 2.5);
   write(base + "copy_gbps@1048576 7\nreduce_gbps@99 3\n");  // 99 is no point: ignored
   ASSERT_EQ(tune_consts_read(path, &k, 0), 0);
   EXPECT_EQ(k.copy_at[2], 7);
