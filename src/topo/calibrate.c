@@ -23,7 +23,7 @@
 #define CAL_BYTES (16u << 20)  /* the largest point */
 #define CAL_SLICE (256u << 10) /* LOOM_SLICE_SIZE's default */
 #define CAL_SLOTS 4
-#define CMA_PIECE (4u << 20) /* as peer.c's cma_read */
+#define CMA_PIECE (4u << 20)    /* as peer.c's cma_read */
 #define CMA_BOUNCE (256u << 10) /* as peer.c's tp_peer_read: its bounce buffer */
 
 static struct tune_consts consts_now;
@@ -445,9 +445,11 @@ static void consts_save(const struct tune_consts* k) {
           "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n",
           k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us);
   for (int p = 0; p < TUNE_CAL_POINTS; p++)
-    fprintf(f, "copy_gbps@%zu %.3f\ncma_gbps@%zu %.3f\nreduce_gbps@%zu %.3f\ncma_reduce_gbps@%zu %.3f\n",
-            tune_cal_bytes(p), k->copy_at[p], tune_cal_bytes(p), k->cma_at[p], tune_cal_bytes(p),
-            k->reduce_at[p], tune_cal_bytes(p), k->cma_reduce_at[p]);
+    fprintf(
+        f,
+        "copy_gbps@%zu %.3f\ncma_gbps@%zu %.3f\nreduce_gbps@%zu %.3f\ncma_reduce_gbps@%zu %.3f\n",
+        tune_cal_bytes(p), k->copy_at[p], tune_cal_bytes(p), k->cma_at[p], tune_cal_bytes(p),
+        k->reduce_at[p], tune_cal_bytes(p), k->cma_reduce_at[p]);
   fclose(f);
   rename(tmp, path); /* atomic: concurrent ranks never read half a file */
 }

@@ -177,8 +177,7 @@ static double read_bw(const struct tune_consts* k, double S) {
 static double read_reduce_us(const struct tune_consts* k, double bytes, double S) {
   int table = 1;
   for (int p = 0; p < TUNE_CAL_POINTS; p++) table = table && k->cma_reduce_at[p] > 0;
-  if (k->read_gbps <= 0 && k->cma_gbps > 0 && table)
-    return bytes / at_size(k->cma_reduce_at, 0, S);
+  if (k->read_gbps <= 0 && k->cma_gbps > 0 && table) return bytes / at_size(k->cma_reduce_at, 0, S);
   return bytes / read_bw(k, S) + bytes / reduce_bw(k, S);
 }
 

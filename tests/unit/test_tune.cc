@@ -13,7 +13,7 @@ extern "C" {
 namespace {
 
 const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 0.0, 0.0, 0.0,
-                             0.0, 0,   0,    0, 0,   {},  {},  {}, {}};
+                             0.0, 0,   0,    0, 0,   {},  {},  {},  {}};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
 // The families that pass messages through FIFOs (no direct reads, no lines).
 const unsigned kFifo =
