@@ -42,11 +42,11 @@ size_t tune_cal_bytes(int point) {
  * other's buffer by process_vm_readv (the direct plans between processes,
  * both ranks reading each other), reading it a bounce buffer at a time and
  * folding each piece into its own (how one-shot and two-shot reduce what
- * they read: the read and the fold share the caches, and together they ran
- * at a third of what the read alone measured on a machine where that made
- * two-shot the tuner's choice at twice the ring's time), or reducing. A
- * single thread's memcpy of
- * a large buffer, what this measured before, is not what a plan sees: two
+ * they read: the read and the fold share the caches, and together ran at a
+ * third to a half of what the read alone measured, on a machine where adding
+ * the two figures made two-shot the tuner's choice at 2-3x the ring's time),
+ * or reducing. A single thread's memcpy of a large buffer, what this
+ * measured before, is not what a plan sees: two
  * ranks copying at once, or reading by cross-memory attach at once, share
  * the caches and the memory bus, and buffers that fit a cache copy several
  * times faster than those that do not. */
