@@ -170,10 +170,10 @@ static double read_bw(const struct tune_consts* k, double S) {
 /* Microseconds to read `bytes` from peers and fold them into one's own, at
  * buffer size S: between processes the calibration measured the two
  * together, as one-shot and two-shot do them (a bounce buffer at a time:
- * they share the caches, and the pair ran at a third of the read alone on a
- * machine where adding the two figures made two-shot the choice at twice the
- * ring's time); loads (thread ranks), or a tuning file without the table:
- * the read, then the reduction. */
+ * they share the caches, and the pair ran at a third to a half of the read
+ * alone on a machine where adding the two figures made two-shot the choice
+ * at 2-3x the ring's time); loads (thread ranks), or a tuning file without
+ * the table: the read, then the reduction. */
 static double read_reduce_us(const struct tune_consts* k, double bytes, double S) {
   int table = 1;
   for (int p = 0; p < TUNE_CAL_POINTS; p++) table = table && k->cma_reduce_at[p] > 0;
