@@ -46,12 +46,29 @@ size_t tune_cal_bytes(int point) {
  * third to a half of what the read alone measured, on a machine where adding
  * the two figures made two-shot the tuner's choice at 2-3x the ring's time),
  * or reducing. A single thread's memcpy of a large buffer, what this
- * measured before, is not what a plan sees: two
- * ranks copying at once, or reading by cross-memory attach at once, share
- * the caches and the memory bus, and buffers that fit a cache copy several
- * times faster than those that do not. */
+ * measured before, is not what a plan sees: two ranks copying at once, or
+ * reading by cross-memory attach at once, share the caches and the memory
+ * bus, and buffers that fit a cache copy several times faster than those
+ * that do not. */
 
 enum cal_kind { CAL_FIFO, CAL_CMA, CAL_REDUCE, CAL_CMA_REDUCE, CAL_KINDS };
+
+/* Each kind's table in k, and its key in a tuning file (key@bytes). */
+static const char* const table_keys[CAL_KINDS] = {"copy_gbps@", "cma_gbps@", "reduce_gbps@",
+                                                  "cma_reduce_gbps@"};
+static void tables_of(struct tune_consts* k, double* t[CAL_KINDS]) {
+  t[CAL_FIFO] = k->copy_at;
+  t[CAL_CMA] = k->cma_at;
+  t[CAL_REDUCE] = k->reduce_at;
+  t[CAL_CMA_REDUCE] = k->cma_reduce_at;
+}
+
+/* Every table of k zeroed (a tuning file without them, or no calibration). */
+static void tables_clear(struct tune_consts* k) {
+  double* t[CAL_KINDS];
+  tables_of(k, t);
+  for (int kind = 0; kind < CAL_KINDS; kind++) memset(t[kind], 0, sizeof(double) * TUNE_CAL_POINTS);
+}
 
 struct cal_fifo {
   char* slot[CAL_SLOTS];
@@ -217,7 +234,8 @@ static int cal_bandwidths(struct tune_consts* out) {
   }
   if (rc == 0) {
     cp->spin = cpus_online() >= 2;
-    double* tables[CAL_KINDS] = {out->copy_at, out->cma_at, out->reduce_at, out->cma_reduce_at};
+    double* tables[CAL_KINDS];
+    tables_of(out, tables);
     for (int p = 0; p < TUNE_CAL_POINTS; p++)
       for (int kind = 0; kind < CAL_KINDS; kind++)
         tables[kind][p] = cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p));
@@ -323,10 +341,7 @@ void tune_calibrate(struct tune_consts* out) {
   out->cma_gbps = 0;
   out->cma_us = cma_us_measure();
   if (cal_bandwidths(out) != 0) {
-    memset(out->copy_at, 0, sizeof(out->copy_at));
-    memset(out->cma_at, 0, sizeof(out->cma_at));
-    memset(out->reduce_at, 0, sizeof(out->reduce_at));
-    memset(out->cma_reduce_at, 0, sizeof(out->cma_reduce_at));
+    tables_clear(out);
     return;
   }
   /* The single figures are the largest point's: what buffers that fit no
@@ -339,12 +354,11 @@ void tune_calibrate(struct tune_consts* out) {
 
 /* key@bytes for one of the points: the point's table entry, else NULL. */
 static double* table_entry(struct tune_consts* k, const char* key) {
-  static const char* const names[] = {"copy_gbps@", "cma_gbps@", "reduce_gbps@",
-                                      "cma_reduce_gbps@"};
-  double* tables[] = {k->copy_at, k->cma_at, k->reduce_at, k->cma_reduce_at};
-  for (int t = 0; t < 4; t++) {
-    size_t len = strlen(names[t]);
-    if (strncmp(key, names[t], len) != 0) continue;
+  double* tables[CAL_KINDS];
+  tables_of(k, tables);
+  for (int t = 0; t < CAL_KINDS; t++) {
+    size_t len = strlen(table_keys[t]);
+    if (strncmp(key, table_keys[t], len) != 0) continue;
     char* end = NULL;
     errno = 0;
     unsigned long long b = strtoull(key + len, &end, 10);
@@ -361,10 +375,7 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
   char key[64];
   double v;
   int seen = 0, entries = 0, bad = 0;
-  memset(k->copy_at, 0, sizeof(k->copy_at));
-  memset(k->cma_at, 0, sizeof(k->cma_at));
-  memset(k->reduce_at, 0, sizeof(k->reduce_at));
-  memset(k->cma_reduce_at, 0, sizeof(k->cma_reduce_at));
+  tables_clear(k);
   while (fscanf(f, "%63s %lf", key, &v) == 2) {
     if (strcmp(key, "step_us") == 0) k->step_us = v, seen |= 1;
     if (strcmp(key, "copy_gbps") == 0) k->copy_gbps = v, seen |= 2;
@@ -386,7 +397,7 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
   int ok = (seen | 16) == 31 && k->cma_gbps >= 0 && k->step_us > 0 && k->copy_gbps > 0 &&
            k->reduce_gbps > 0 && k->ncpus > 0 && !bad;
   /* A cache from before the tables (or before cma_reduce_gbps@) is measured again. */
-  if (cache && entries < 4 * TUNE_CAL_POINTS) ok = 0;
+  if (cache && entries < CAL_KINDS * TUNE_CAL_POINTS) ok = 0;
   return ok ? 0 : -1;
 }
 
@@ -433,7 +444,7 @@ static int cache_lock(const char* dir) {
   return fd;
 }
 
-static void consts_save(const struct tune_consts* k) {
+static void consts_save(struct tune_consts* k) {
   char dir[400], path[512], tmp[540];
   cache_path(dir, sizeof(dir));
   cache_dir_make(dir);
@@ -444,12 +455,11 @@ static void consts_save(const struct tune_consts* k) {
   fprintf(f,
           "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n",
           k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us);
+  double* tables[CAL_KINDS];
+  tables_of(k, tables);
   for (int p = 0; p < TUNE_CAL_POINTS; p++)
-    fprintf(
-        f,
-        "copy_gbps@%zu %.3f\ncma_gbps@%zu %.3f\nreduce_gbps@%zu %.3f\ncma_reduce_gbps@%zu %.3f\n",
-        tune_cal_bytes(p), k->copy_at[p], tune_cal_bytes(p), k->cma_at[p], tune_cal_bytes(p),
-        k->reduce_at[p], tune_cal_bytes(p), k->cma_reduce_at[p]);
+    for (int t = 0; t < CAL_KINDS; t++)
+      fprintf(f, "%s%zu %.3f\n", table_keys[t], tune_cal_bytes(p), tables[t][p]);
   fclose(f);
   rename(tmp, path); /* atomic: concurrent ranks never read half a file */
 }

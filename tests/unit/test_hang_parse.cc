@@ -251,16 +251,17 @@ TEST(HangDiagnose, AWaitEndedByTheFailureIsNoCycle) {
   EXPECT_NE(d.find("diagnosis: rank(s) 0 hold the others back"), std::string::npos) << d;
 }
 
-// Ranks 0 and 3 wait in #3 on rank 1, whose record was lost (damaged), and their errors name
-// rank 2 as failed: the failure, seen first hand, is named.
-std::vector<hang_rank> WaitOnALostRecord(int failed_peer) {
+// Ranks 0 and 3 wait in #3 on rank 1 (rank 3 on rank3_waits_on), whose record was lost
+// (damaged), and their errors name rank 2 as failed: the failure, seen first hand, is named.
+std::vector<hang_rank> WaitOnALostRecord(int failed_peer, int rank3_waits_on = 1) {
   std::vector<hang_rank> rr(2);
   for (int k = 0; k < 2; k++)
-    EXPECT_TRUE(Parse(Record(k == 0 ? 0 : 3, 4,
-                             {Op(2, "allreduce", 4096, "float32", 0, "done"),
-                              Op(3, "allgather", 256, "float32", 0, "waiting", 1)},
-                             "c4", failed_peer),
-                      &rr[k]));
+    EXPECT_TRUE(Parse(
+        Record(k == 0 ? 0 : 3, 4,
+               {Op(2, "allreduce", 4096, "float32", 0, "done"),
+                Op(3, "allgather", 256, "float32", 0, "waiting", k == 0 ? 1 : rank3_waits_on)},
+               "c4", failed_peer),
+        &rr[k]));
   return rr;
 }
 
@@ -284,13 +285,7 @@ TEST(HangDiagnose, TheFailedRankOutweighsAWaitOnAnotherWithoutRecord) {
 // As above, but rank 3 waits on rank 2 itself: the waits lead to ranks 1 and 2, neither with a
 // record, and the errors name rank 2 (seen in test_hang.sh's damaged-record case under load).
 TEST(HangDiagnose, TheFailedRankIsNamedAmongRanksWithoutRecord) {
-  std::vector<hang_rank> rr(2);
-  for (int k = 0; k < 2; k++)
-    ASSERT_TRUE(Parse(Record(k == 0 ? 0 : 3, 4,
-                             {Op(2, "allreduce", 4096, "float32", 0, "done"),
-                              Op(3, "allgather", 256, "float32", 0, "waiting", k == 0 ? 1 : 2)},
-                             "c5", 2),
-                      &rr[k]));
+  std::vector<hang_rank> rr = WaitOnALostRecord(2, 2);
   std::string d = Diagnose(rr);
   EXPECT_NE(d.find("diagnosis: rank(s) 2 hold the others back in collective #3: no record from "
                    "them (dead, stopped, or unable to write it); the others' error names them as "
