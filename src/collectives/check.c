@@ -250,14 +250,18 @@ static int is_peer(unsigned kind) {
 static int is_lines_read(unsigned kind) {
   return kind == OP_LINES_COPY || kind == OP_LINES_REDUCE;
 }
+/* Waits for a peer's put of an earlier call: touches no buffer. */
+static int is_lines_seen(unsigned kind) {
+  return kind == OP_LINES_SEEN;
+}
 static int is_lines(unsigned kind) {
-  return kind == OP_LINES_PUT || is_lines_read(kind);
+  return kind == OP_LINES_PUT || is_lines_read(kind) || is_lines_seen(kind);
 }
 static int reads_src(unsigned kind) {
-  return kind != OP_RECV && kind != OP_SYNC;
+  return kind != OP_RECV && kind != OP_SYNC && kind != OP_LINES_SEEN;
 }
 static int writes_dst(unsigned kind) {
-  return kind != OP_SEND && kind != OP_SYNC;
+  return kind != OP_SEND && kind != OP_SYNC && kind != OP_LINES_SEEN;
 }
 static struct sym* at(struct sim* s, int r, struct plan_ref ref) {
   return s->rk[r].view[ref.buf] + ref.off;
@@ -294,13 +298,21 @@ static int op_ok(struct sim* s, int r, uint32_t t, const struct plan_op* op) {
   const char* name = plan_op_name(op->kind);
   if (op->kind >= OP_KIND_COUNT) return fail(s, "rank %d step %u: unknown op %u", r, t, op->kind);
   if (op->count == 0) return fail(s, "rank %d step %u: %s of 0 elements", r, t, name);
-  int with_peer = is_comm(op->kind) || is_peer(op->kind) || is_lines_read(op->kind);
+  int with_peer =
+      is_comm(op->kind) || is_peer(op->kind) || is_lines_read(op->kind) || is_lines_seen(op->kind);
   /* A rank reads its own lines like anyone's. */
   int self_ok = is_lines_read(op->kind);
   if (with_peer ? op->peer < 0 || op->peer >= s->nranks || (op->peer == r && !self_ok)
                 : op->peer != -1)
     return fail(s, "rank %d step %u: %s with peer %d", r, t, name, op->peer);
   if (op->kind == OP_SYNC) return 0;
+  if (is_lines_seen(op->kind)) {
+    if (op->src.buf != PB_LINES || op->dst.buf != PB_LINES || op->src.off || op->dst.off ||
+        op->count != 1)
+      return fail(s, "rank %d step %u: %s names a buffer or elements, where it takes none", r, t,
+                  name);
+    return 0;
+  }
   if (is_lines(op->kind)) {
     struct plan_ref ln = op->kind == OP_LINES_PUT ? op->dst : op->src;
     int owner = op->kind == OP_LINES_PUT ? r : op->peer;
@@ -353,17 +365,20 @@ static int lines_ok(struct sim* s, int r) {
       puts += kind == OP_LINES_PUT;
       lines |= is_lines(kind);
       other |= is_comm(kind) || kind == OP_SYNC;
-      if (is_lines_read(kind) && st->op_end - st->op_begin != 1)
+      if ((is_lines_read(kind) || is_lines_seen(kind)) && st->op_end - st->op_begin != 1)
         return fail(s, "rank %d step %u: a read of lines shares its step with other ops", r, t);
     }
   }
   if (puts > 1) return fail(s, "rank %d: puts its lines %d times in one call", r, puts);
+  /* Its put is what tells its peers that it finished its last call. */
+  if (lines && puts == 0) return fail(s, "rank %d: a plan with lines that never puts its own", r);
   if (lines && other) return fail(s, "rank %d: a plan with lines also sends, receives or syncs", r);
   return 0;
 }
 
-/* In a plan with lines every rank reads every other rank's lines (lines.c
- * says why: what lets a rank reuse them two calls later). */
+/* In a plan with lines every rank reads every other rank's lines or sees
+ * its put (lines.c says why: what lets a rank reuse an area
+ * TP_LINES_AREAS calls later). */
 static int lines_pairs_ok(struct sim* s) {
   int n = s->nranks;
   uint8_t* reads = calloc((size_t)n * (size_t)n, 1);
@@ -371,7 +386,8 @@ static int lines_pairs_ok(struct sim* s) {
   for (int r = 0; r < n; r++) {
     const struct plan* p = &s->plans[r];
     for (uint32_t o = 0; o < p->nops; o++)
-      if (is_lines_read(p->ops[o].kind)) reads[(size_t)r * n + p->ops[o].peer] = 1;
+      if (is_lines_read(p->ops[o].kind) || is_lines_seen(p->ops[o].kind))
+        reads[(size_t)r * n + p->ops[o].peer] = 1;
   }
   int rc = 0, any = 0;
   for (size_t i = 0; i < (size_t)n * n; i++) any |= reads[i];
@@ -379,7 +395,7 @@ static int lines_pairs_ok(struct sim* s) {
     for (int p = 0; p < n && !rc; p++)
       if (p != q && !reads[(size_t)q * n + p])
         rc = fail(s,
-                  "rank %d never reads rank %d's lines: rank %d's next call but one could "
+                  "rank %d never reads rank %d's lines nor sees its put: rank %d could "
                   "overwrite lines that another rank still reads",
                   q, p, q);
   free(reads);
@@ -560,7 +576,7 @@ static int step_hazards(struct sim* s, int r, struct access* acc) {
   int n = 0;
   for (uint32_t o = st->op_begin; o < st->op_end; o++) {
     const struct plan_op* op = &p->ops[o];
-    if (op->kind == OP_SYNC) continue;
+    if (op->kind == OP_SYNC || is_lines_seen(op->kind)) continue;
     if (op->kind == OP_LINES_PUT) { /* reads src; its lines are its own array */
       struct sym* src = at(s, r, op->src);
       acc[n++] = (struct access){src, src + op->count, o, 0};
@@ -755,6 +771,8 @@ static int lines_read(struct sim* s, int r, const struct plan_op* op) {
 static int run_local(struct sim* s, int r, const struct plan_op* op) {
   if (op->kind == OP_LINES_PUT) return lines_put(s, r, op);
   if (is_lines_read(op->kind)) return lines_read(s, r, op);
+  /* It waits on an earlier call, which one call's simulation has not. */
+  if (is_lines_seen(op->kind)) return 0;
   const struct sym* src = at(s, r, op->src);
   struct sym* dst = at(s, r, op->dst);
   if (is_peer(op->kind)) return peer_read(s, r, op);

@@ -441,7 +441,8 @@ static loomResult_t exec_post_step(struct exec* e) {
       }
       case OP_LINES_PUT:
       case OP_LINES_COPY:
-      case OP_LINES_REDUCE: {
+      case OP_LINES_REDUCE:
+      case OP_LINES_SEEN: {
         struct plan_ref ln = op->kind == OP_LINES_PUT ? op->dst : op->src;
         size_t at = ln.off * e->esize;
         if (at + bytes > TP_LINES_BYTES || (op->kind == OP_LINES_PUT && at % 4 != 0))
@@ -472,9 +473,10 @@ static void exec_lines_copy(void* arg, size_t at, const void* data, size_t n) {
   memcpy((char*)arg + at, data, n);
 }
 
-/* 1 once the step's read of a peer's lines is done. */
+/* 1 once the step's read of a peer's lines is done (or its put seen). */
 static int exec_lines_take(struct exec* e) {
   const struct plan_op* op = &e->plan->ops[e->lines_op];
+  if (op->kind == OP_LINES_SEEN) return tp_lines_seen(e->comm, op->peer, e->lines_seq);
   char* dst = ref_ptr(e, op->dst);
   size_t at = op->src.off * e->esize, bytes = op->count * e->esize;
   if (op->kind == OP_LINES_COPY)

@@ -10,16 +10,28 @@
  * Reductions fold in rank order (rank 0's data, then rank 1's, ...), so
  * every rank computes the same bits, whatever the datatype.
  *
- * Why a rank may overwrite its lines in its next call (two areas, used in
- * turn, so its next call but one): in every call every rank reads every
- * other rank's lines, and a read waits for the put of the same call. A rank
- * that puts call k+2 into the area of call k has read, in call k+1, the
- * lines of every other rank, each put after that rank was done with call k.
- * Reading only the ranks that read one's own would not do: a broadcast's
- * readers do not read each other, so with the root moving from call to call
- * a reader could overwrite its lines of call k while call k's root still
- * has them to read. The checker proves the plans' half of this (each rank
- * puts once a call and reads every other rank's lines). */
+ * When a rank may overwrite its lines. Calls use K = TP_LINES_AREAS areas
+ * in turn, so the put of call m overwrites the lines of call m - K, which
+ * is safe once every other rank has put call m - K + 1: a rank puts a call
+ * only after it has finished the one before. Every plan keeps this rule:
+ * by the end of call m, this rank has seen every other rank's put of call
+ * m - (K - 2) or a later one. Then the put of call m + 1 finds every rank
+ * past call m + 1 - K. A plan sees a peer's put by reading its data of the
+ * same call (all-reduce, all-gather and reduce-scatter read every rank's)
+ * or, where it reads none, by waiting for the peer's put of call
+ * m - (K - 2) (OP_LINES_SEEN, at the end of the plan).
+ *
+ * Broadcast is the one that needs the second way: its readers read only the
+ * root, and the root no one. Reading only the ranks that read one's own
+ * would not do: with the root moving from call to call, a reader could
+ * overwrite its lines of call k while call k's root still has them to
+ * read. Waiting for a call K - 2 back, not this one, is what lets the root
+ * run ahead of its readers as a FIFO's sender does: each call costs it its
+ * put and a glance at counters already there, until it is K - 2 calls
+ * ahead of the slowest reader.
+ *
+ * The checker proves the plans' half of this: each rank puts exactly once a
+ * call, and reads or sees every other rank's lines. */
 #include "collectives/plan.h"
 #include "core/checks.h"
 
@@ -96,15 +108,15 @@ loomResult_t lines_allgather_build(const struct coll_args* a, struct plan* out) 
 
 /* Broadcast: the root puts the data and every other rank reads it; each of
  * those puts one element (what its receive buffer holds: a token, never
- * used as data), and every rank reads every other rank's token, so that no
- * rank runs two calls ahead of one that may still read its lines (the rule
+ * used as data, which publishes its call number), and every rank then
+ * waits to have seen every other rank's put of a call K - 2 back (the rule
  * above). */
 loomResult_t lines_broadcast_build(const struct coll_args* a, struct plan* out) {
   size_t c = a->count;
   int n = a->nranks, r = a->rank, root = a->root;
   out->buf_count[PB_SEND] = r == root ? c : 0;
   out->buf_count[PB_RECV] = c;
-  out->buf_count[PB_SCRATCH] = n > 1 ? 1 : 0;
+  out->buf_count[PB_SCRATCH] = 0;
   if (c == 0) return plan_finish(out);
   out->lines_count = r == root ? c : 1;
   plan_step_begin(out);
@@ -121,13 +133,13 @@ loomResult_t lines_broadcast_build(const struct coll_args* a, struct plan* out) 
     int q = (r + k) % n;
     if (q == root) continue;
     plan_step_begin(out);
-    plan_add(out, OP_LINES_COPY, q, lines_at(0), ref(PB_SCRATCH, 0), 1);
+    plan_add(out, OP_LINES_SEEN, q, lines_at(0), lines_at(0), 1);
   }
-  return plan_finish(out);
+  return plan_finish(out); /* a reader has seen the root's put: it read its data */
 }
 
 int plan_has_lines(const struct plan* p) {
   for (uint32_t i = 0; i < p->nops; i++)
-    if (p->ops[i].kind >= OP_LINES_PUT && p->ops[i].kind <= OP_LINES_REDUCE) return 1;
+    if (p->ops[i].kind >= OP_LINES_PUT && p->ops[i].kind <= OP_LINES_SEEN) return 1;
   return 0;
 }

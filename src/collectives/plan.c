@@ -96,8 +96,9 @@ loomResult_t plan_finish(struct plan* p) {
 /* ---- Printing ---- */
 
 static const char* const op_names[OP_KIND_COUNT] = {
-    "send",      "recv",        "recv_reduce", "copy",      "reduce",     "premul",       "div",
-    "peer_copy", "peer_reduce", "sync",        "lines_put", "lines_copy", "lines_reduce",
+    "send",      "recv",       "recv_reduce",  "copy",        "reduce",
+    "premul",    "div",        "peer_copy",    "peer_reduce", "sync",
+    "lines_put", "lines_copy", "lines_reduce", "lines_seen",
 };
 static const char* const buf_names[PB_COUNT] = {"send", "recv", "scratch"};
 
@@ -158,6 +159,9 @@ static void put_op(char* buf, size_t len, size_t* pos, const struct plan_op* op)
       }
       break;
     case OP_SYNC:
+      break;
+    case OP_LINES_SEEN:
+      put(buf, len, pos, "%d's put of an earlier call", op->peer);
       break;
     case OP_PEER_COPY:
     case OP_PEER_REDUCE:

@@ -19,9 +19,10 @@
  *  - direct plans (peer ops) read a peer's buffers only between two syncs,
  *    never a range that peer writes between the same two syncs, and never
  *    after the last sync (the peer may have returned);
- *  - plans with lines (OP_LINES_*) put once, read each peer's lines in a
- *    step of its own, and read every other rank's lines (which is what
- *    lets a rank's next call but one overwrite them: see lines.c).
+ *  - plans with lines (OP_LINES_*) put once, read each peer's lines (or
+ *    wait to see its put: OP_LINES_SEEN) in a step of its own, and read or
+ *    see every other rank's lines (which is what lets a rank reuse an area
+ *    TP_LINES_AREAS calls later: see lines.c).
  */
 #ifndef LOOM_COLL_PLAN_H
 #define LOOM_COLL_PLAN_H
@@ -55,6 +56,11 @@ enum plan_op_kind {
   OP_LINES_PUT,    /* this rank's lines[dst.off..) = src; peer -1 */
   OP_LINES_COPY,   /* dst = peer's lines[src.off..), once this call's are there */
   OP_LINES_REDUCE, /* dst = dst op peer's lines[src.off..), likewise */
+  /* Waits until peer has put lines of call seq - (TP_LINES_AREAS - 2) or a
+   * later one, seq being this call's: reads and writes nothing (src and dst
+   * are lines[0..1) by convention). What lets a rank that reads no data of
+   * peer (a broadcast's root) reuse its areas; see lines.c. */
+  OP_LINES_SEEN,
   OP_KIND_COUNT
 };
 

@@ -273,8 +273,8 @@ static double lines_us(const struct tune_consts* k, enum tune_coll coll, int n, 
       return hop + 2 * put / B + n * 2 * put / B;
     case TUNE_REDUCESCATTER:
       return hop + 2 * put / B + 2 * put / B + (double)(n - 1) / n * put / R;
-    case TUNE_BROADCAST: /* and the readers' tokens back to the root */
-      return 2 * hop + 2 * put / B + 2 * put / B;
+    case TUNE_BROADCAST: /* the root runs ahead: no hand-off back to it */
+      return hop + 2 * put / B + 2 * put / B;
     default:
       return -1;
   }

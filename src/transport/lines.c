@@ -11,9 +11,12 @@
  * layout). Twice the bytes cross the caches, which only small messages can
  * afford: TP_LINES_BYTES per rank and call.
  *
- * Two areas, used in turn by consecutive calls (the sequence number's
- * parity): collectives/lines.c says why a rank may overwrite an area two
- * calls later. The put nudges the peers' doorbells (bell_nudge): a peer
+ * TP_LINES_AREAS areas, used in turn by consecutive calls (the sequence
+ * number modulo their count): collectives/lines.c says when a rank may
+ * overwrite one. After its words the put publishes the call's number in
+ * lines_put (release), which tp_lines_seen reads (acquire): a rank that
+ * sees a peer's number k knows that the peer's reads of every call before
+ * k are done. The put nudges the peers' doorbells (bell_nudge): a peer
  * that spins or yields costs it one look at a line that stays shared, one
  * that is about to sleep a ring and a futex wake, so a rank that gave up
  * its core is woken as soon as the data is there. */
@@ -26,11 +29,12 @@
 #define WORD_BYTES 4
 
 static _Atomic uint64_t* area(struct rank_seg* seg, uint64_t seq) {
-  return seg->lines[seq & 1];
+  return seg->lines[seq % TP_LINES_AREAS];
 }
 
 void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* src, size_t bytes) {
-  _Atomic uint64_t* w = area(tp_rank_seg(comm, comm->rank), seq) + off / WORD_BYTES;
+  struct rank_seg* self = tp_rank_seg(comm, comm->rank);
+  _Atomic uint64_t* w = area(self, seq) + off / WORD_BYTES;
   const unsigned char* in = src;
   uint64_t tag = (uint64_t)(uint32_t)seq << 32;
   size_t whole = bytes / WORD_BYTES;
@@ -44,6 +48,7 @@ void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* 
     memcpy(&v, in + whole * WORD_BYTES, bytes % WORD_BYTES);
     atomic_store_explicit(&w[whole], tag | v, memory_order_relaxed);
   }
+  atomic_store_explicit(&self->lines_put, seq, memory_order_release);
   for (int p = 0; p < comm->nranks; p++)
     if (p != comm->rank) bell_nudge(tp_peer_bell(comm, p));
 }
@@ -89,4 +94,13 @@ int tp_lines_read(struct loom_comm* comm, int peer, uint64_t seq, size_t off, si
     use(arg, done, buf, n);
   }
   return 1;
+}
+
+int tp_lines_seen(struct loom_comm* comm, int peer, uint64_t seq) {
+  uint64_t lag = TP_LINES_AREAS - 2;
+  if (seq <= lag) return 1;
+  /* Numbers only grow (tp_lines_next); where seq - lag is a skipped one,
+   * this asks for a later call than it needs, which is never wrong. */
+  return atomic_load_explicit(&tp_rank_seg(comm, peer)->lines_put, memory_order_acquire) >=
+         seq - lag;
 }

@@ -21,7 +21,7 @@
 #include "transport/shmfile.h"
 #include "transport/transport.h"
 
-#define RANK_SEG_MAGIC 0x4c4d52414e4b3033ULL /* "LMRANK03" */
+#define RANK_SEG_MAGIC 0x4c4d52414e4b3034ULL /* "LMRANK04" */
 /* Words of one area of lines (lines.c): 4 bytes of data each. */
 #define RANK_SEG_LINE_WORDS (TP_LINES_BYTES / 4)
 
@@ -31,8 +31,10 @@ struct rank_seg {
   int32_t rank, nranks;
   struct bell bell;
   struct peer_pub pub; /* direct plans (peer.c) */
-  /* Low-latency lines (lines.c): two areas, calls use them in turn. */
-  _Alignas(64) _Atomic uint64_t lines[2][RANK_SEG_LINE_WORDS];
+  /* Low-latency lines (lines.c): TP_LINES_AREAS areas, calls use them in
+   * turn; lines_put is the newest call whose lines this rank has put. */
+  _Alignas(64) _Atomic uint64_t lines_put;
+  _Alignas(64) _Atomic uint64_t lines[TP_LINES_AREAS][RANK_SEG_LINE_WORDS];
   /* Unnamed mode: the FIFOs this rank sends on, [lane * nranks + dst]:
    * descriptor + 1, 0 while there is none to open. */
   _Atomic int32_t fifo_fd[];

@@ -275,9 +275,14 @@ loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t
  * TUNE_LINES_BYTES, which algos.c checks is the same). */
 #define TP_LINES_BYTES (16u << 10)
 /* Low-latency lines (lines.c): each rank of a host has, in its rank
- * segment, two areas of 8-byte words, used by its calls in turn; a word
- * carries 4 bytes of data and the call's sequence number, written with one
- * store, so a reader that sees the number sees the data. */
+ * segment, TP_LINES_AREAS areas of 8-byte words, used by its calls in turn;
+ * a word carries 4 bytes of data and the call's sequence number, written
+ * with one store, so a reader that sees the number sees the data. A rank
+ * may overwrite the area of call k in call k + TP_LINES_AREAS, once every
+ * other rank has put call k + 1 (collectives/lines.c says how the plans
+ * make sure of it); a broadcast's root may so run TP_LINES_AREAS - 2 calls
+ * ahead of its slowest reader. A power of two. */
+#define TP_LINES_AREAS 8u
 /* 1 when every rank of comm is on this host with its segment mapped,
  * LOOM_TRANSPORTS allows shared memory and LOOM_DIRECT does not say 0 (all
  * agreed at init). */
@@ -295,6 +300,10 @@ void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* 
  * tries found the words there (0 on the first try). Never blocks. */
 int tp_lines_read(struct loom_comm* comm, int peer, uint64_t seq, size_t off, size_t bytes,
                   size_t unit, size_t* checked, tp_peer_use_fn use, void* arg);
+/* 1 once peer has put its lines of call seq - (TP_LINES_AREAS - 2) or a
+ * later one (at once where there is no such call), so has finished every
+ * call before it; else 0. Never blocks. */
+int tp_lines_seen(struct loom_comm* comm, int peer, uint64_t seq);
 
 /* loomMemAlloc memory (mem.c): shared (memfd) mappings that peers on this
  * host map too, so direct plans read them with plain loads. Thread safe. */

@@ -2,7 +2,8 @@
 // all-gather, reduce-scatter and broadcast in one exchange through each
 // rank's lines):
 // thousands of calls back to back with ranks skewed (a rank that runs ahead
-// must never overwrite lines a slow peer still reads), every result
+// must never overwrite lines a slow peer still reads), runs of broadcasts
+// whose roots run ahead of their readers, every result
 // checked; float sums bit for bit the fold in rank order on every rank; and
 // the flight recorder shows lines ran where they fit and not where they do
 // not. The cover matrices (test_collectives.cc) run every type, op and
@@ -108,6 +109,75 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
               ASSERT_EQ(out[j], want) << what << " call " << i << " element " << j;
             }
           }
+        }
+      },
+      lines_opts());
+}
+
+// Runs of broadcasts, where the root runs up to TP_LINES_AREAS - 2 calls
+// ahead of its slowest reader: 1200 calls in runs of 1 to 24 broadcasts
+// (the root moving every call or staying a while), each run closed by an
+// all-reduce or an all-gather, which reuse the areas the broadcasts left
+// behind. In every run one reader sleeps at a random call, so the others
+// go ahead until what they may overwrite holds them. Every element is
+// checked: an area overwritten too early shows as a wrong value, a wait
+// that is never met as the harness's timeout.
+TEST_P(LinesRanks, BroadcastRunsAheadWithoutOverwritingWhatAReaderStillReads) {
+  auto [mode, n] = GetParam();
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        const int n = c.nranks, r = c.rank;
+        std::vector<int32_t> buf, all;
+        uint32_t rng = 12345;  // the same on every rank: the same calls
+        auto next = [&rng]() {
+          rng = rng * 1103515245u + 12345u;
+          return rng >> 16;
+        };
+        for (int i = 0; i < 1200;) {
+          int run = 1 + (int)(next() % 24), stay = (int)(next() % 2), root0 = (int)(next() % n);
+          int sleeper = (int)(next() % n), sleep_at = (int)(next() % run);
+          for (int k = 0; k < run; k++, i++) {
+            int root = stay ? root0 : (root0 + k) % n;
+            size_t count = 1 + (size_t)(next() % 700);
+            if (r == sleeper && r != root && k == sleep_at)
+              std::this_thread::sleep_for(std::chrono::microseconds(500));
+            buf.assign(count, -1);
+            if (r == root)
+              for (size_t j = 0; j < count; j++) buf[j] = val(root, i, j);
+            loomResult_t res =
+                loomBroadcast(buf.data(), buf.data(), count, loomInt32, root, c.comm, nullptr);
+            ASSERT_EQ(res, loomSuccess) << "broadcast " << i << ": " << loomGetLastError(c.comm);
+            for (size_t j = 0; j < count; j++)
+              ASSERT_EQ(buf[j], val(root, i, j))
+                  << "broadcast call " << i << " (root " << root << ") element " << j;
+          }
+          size_t count = 1 + (size_t)(next() % 300);
+          if (next() % 2) {
+            buf.assign(count, 0);
+            for (size_t j = 0; j < count; j++) buf[j] = val(r, i, j);
+            ASSERT_EQ(
+                loomAllReduce(buf.data(), buf.data(), count, loomInt32, loomSum, c.comm, nullptr),
+                loomSuccess)
+                << "all-reduce " << i << ": " << loomGetLastError(c.comm);
+            for (size_t j = 0; j < count; j++) {
+              int64_t want = 0;
+              for (int q = 0; q < n; q++) want += val(q, i, j);
+              ASSERT_EQ(buf[j], want) << "all-reduce call " << i << " element " << j;
+            }
+          } else {
+            all.assign(count * n, -1);
+            for (size_t j = 0; j < count; j++) all[r * count + j] = val(r, i, j);
+            ASSERT_EQ(loomAllGather(all.data() + r * count, all.data(), count, loomInt32, c.comm,
+                                    nullptr),
+                      loomSuccess)
+                << "all-gather " << i << ": " << loomGetLastError(c.comm);
+            for (int q = 0; q < n; q++)
+              for (size_t j = 0; j < count; j++)
+                ASSERT_EQ(all[q * count + j], val(q, i, j))
+                    << "all-gather call " << i << " block " << q << " element " << j;
+          }
+          i++;
         }
       },
       lines_opts());

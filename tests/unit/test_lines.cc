@@ -122,12 +122,9 @@ TEST(LinesPlansShape, AllReduceIsOnePutAndARankOrderedFold) {
 }
 
 TEST(LinesChecker, CatchesAReadOfLinesNeverPut) {
-  // Rank 1 drops its put: everyone waits for its lines for ever.
+  // Rank 1 puts half its lines: everyone waits for the rest for ever.
   std::string why = Check(kAlgos[0], {3, 4, false, false, 0}, [](std::vector<plan>& p) {
-    plan& q = p[1];
-    int put = FirstOp(q, OP_LINES_PUT);
-    q.ops[put].kind = OP_COPY;  // SEND -> lines becomes a copy onto RECV
-    q.ops[put].dst = plan_ref_make(PB_RECV, 0);
+    p[1].ops[FirstOp(p[1], OP_LINES_PUT)].count = 2;
   });
   EXPECT_NE(why.find("never all put"), std::string::npos) << why;
 }
@@ -161,24 +158,65 @@ TEST(LinesChecker, CatchesAOneSidedRead) {
     q.ops[rd].peer = -1;
     q.ops[rd].src = plan_ref_make(PB_SEND, 0);
   });
-  EXPECT_NE(why.find("rank 0 never reads rank 1's lines"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 0 never reads rank 1's lines nor sees its put"), std::string::npos)
+      << why;
 }
 
-// Broadcast's readers put a token that every other rank reads. Reading
-// only the root (as the data alone would need) lets a reader run two calls
-// ahead of another call's root when roots change: the checker refuses it.
-TEST(LinesChecker, BroadcastReadersReadEachOthersTokens) {
-  EXPECT_EQ(Check(kAlgos[3], {3, 5, false, false, 1}), "");
+// Broadcast's readers put a token, and every rank waits to see every
+// other rank's put of an earlier call (OP_LINES_SEEN). Seeing only the
+// root (as the data alone would need) lets a reader run ahead of another
+// call's root when roots change: the checker refuses it.
+TEST(LinesChecker, BroadcastRanksSeeEveryOtherRanksPut) {
+  EXPECT_EQ(Check(kAlgos[3], {3, 5, false, false, 1},
+                  [](std::vector<plan>& p) {
+                    for (int r = 0; r < 3; r++) {
+                      std::vector<int> seen;
+                      for (uint32_t o = 0; o < p[r].nops; o++)
+                        if (p[r].ops[o].kind == OP_LINES_SEEN) seen.push_back(p[r].ops[o].peer);
+                      // The root sees both readers; a reader sees the other
+                      // reader (the root's data is what it reads).
+                      std::vector<int> want =
+                          r == 1 ? std::vector<int>{2, 0} : std::vector<int>{r == 0 ? 2 : 0};
+                      EXPECT_EQ(seen, want) << "rank " << r;
+                    }
+                  }),
+            "");
   std::string why = Check(kAlgos[3], {3, 5, false, false, 1}, [](std::vector<plan>& p) {
-    plan& q = p[0];  // a reader: its read of rank 2's token becomes a local copy
+    plan& q = p[0];  // a reader: its wait for rank 2's put becomes a local copy
     for (uint32_t o = 0; o < q.nops; o++)
-      if (q.ops[o].kind == OP_LINES_COPY && q.ops[o].peer == 2) {
+      if (q.ops[o].kind == OP_LINES_SEEN && q.ops[o].peer == 2) {
         q.ops[o].kind = OP_COPY;
         q.ops[o].peer = -1;
         q.ops[o].src = plan_ref_make(PB_RECV, 0);
+        q.ops[o].dst = plan_ref_make(PB_RECV, 0);
       }
   });
-  EXPECT_NE(why.find("rank 0 never reads rank 2's lines"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 0 never reads rank 2's lines nor sees its put"), std::string::npos)
+      << why;
+}
+
+// A rank's put is what tells the others it finished its last call: a
+// plan with lines that reads but never puts is refused.
+TEST(LinesChecker, CatchesAPlanThatNeverPuts) {
+  std::string why = Check(kAlgos[3], {3, 5, false, false, 1}, [](std::vector<plan>& p) {
+    plan& q = p[0];  // a reader: its token's put becomes a copy onto itself
+    int put = FirstOp(q, OP_LINES_PUT);
+    q.ops[put].kind = OP_COPY;
+    q.ops[put].src = plan_ref_make(PB_RECV, 0);
+    q.ops[put].dst = plan_ref_make(PB_RECV, 0);
+  });
+  EXPECT_NE(why.find("rank 0: a plan with lines that never puts its own"), std::string::npos)
+      << why;
+}
+
+// A wait to see a put takes no buffer and no elements.
+TEST(LinesChecker, CatchesASeenWithABuffer) {
+  std::string why = Check(kAlgos[3], {3, 5, false, false, 1}, [](std::vector<plan>& p) {
+    plan& q = p[1];
+    for (uint32_t o = 0; o < q.nops; o++)
+      if (q.ops[o].kind == OP_LINES_SEEN) q.ops[o].dst = plan_ref_make(PB_RECV, 0);
+  });
+  EXPECT_NE(why.find("names a buffer or elements"), std::string::npos) << why;
 }
 
 TEST(LinesChecker, CatchesAReadSharingItsStep) {
