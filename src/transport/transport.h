@@ -282,7 +282,7 @@ loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t
  * other rank has put call k + 1 (collectives/lines.c says how the plans
  * make sure of it); a broadcast's root may so run TP_LINES_AREAS - 2 calls
  * ahead of its slowest reader. A power of two. */
-#define TP_LINES_AREAS 8u
+#define TP_LINES_AREAS 16u
 /* 1 when every rank of comm is on this host with its segment mapped,
  * LOOM_TRANSPORTS allows shared memory and LOOM_DIRECT does not say 0 (all
  * agreed at init). */
