@@ -31,8 +31,10 @@
  * Plans with lines (lines.c): each rank's lines are one more array of
  * symbols, which its put fills; a read of a peer's lines waits (stands alone
  * in its step, retried when any rank puts) until every element it reads is
- * there. A rank puts at most once per call and reads every other rank's
- * lines: what lets the next call but one reuse them. */
+ * there. A rank puts exactly once per call and reads every other rank's
+ * lines or waits to see its put (OP_LINES_SEEN, which concerns an earlier
+ * call and so is no wait here): what lets a rank reuse an area
+ * TP_LINES_AREAS calls later. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
