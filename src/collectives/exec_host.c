@@ -917,7 +917,9 @@ static loomResult_t host_prepare(struct exec_launch* l) {
 }
 
 static loomResult_t host_launch(struct exec_launch* l) {
-  (void)l; /* the host executor runs in progress, on the thread that drives the launch */
+  /* The host executor runs in progress, on the thread that drives the
+   * launch: the thread that polls, so the one that needs a core of its own. */
+  if (l->ntasks > 0) tp_thread_spread(l->tasks[0].comm);
   return loomSuccess;
 }
 

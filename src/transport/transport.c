@@ -2,7 +2,9 @@
  * each rank's doorbell, the connection tables, and transport selection. */
 #include "transport/transport.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +24,11 @@ struct tp_comm {
   struct conn** send_conns; /* [lane * nranks + peer] */
   struct conn** recv_conns;
   int spin;
-  int helper_threads;        /* threads a transport runs for this rank (tp_helper_thread_add) */
-  struct progress* progress; /* the network progress engine, once a transport asks for it */
-  struct peer_state* peer;   /* peer.c */
-  uint64_t lines_calls;      /* calls with lines so far (tp_lines_next) */
+  int spread_index;   /* this rank's place among the machine's ranks, or -1 (tp_thread_spread) */
+  int helper_threads; /* threads a transport runs for this rank (tp_helper_thread_add) */
+  struct progress* progress;      /* the network progress engine, once a transport asks for it */
+  struct peer_state* peer;        /* peer.c */
+  uint64_t lines_calls;           /* calls with lines so far (tp_lines_next) */
   int allowed[TP_MAX_TRANSPORTS]; /* by LOOM_TRANSPORTS, index in all_transports */
   void* state[TP_MAX_TRANSPORTS]; /* each transport's own (tp_comm_state) */
 };
@@ -207,9 +210,13 @@ loomResult_t tp_comm_init(struct loom_comm* comm) {
   /* A transport's own thread (sockets' network thread) needs a core too:
    * spinning would take it. Ranks of other hosts on this machine (network
    * namespaces, containers) share its cores as well. */
-  int machine_ranks = 0;
-  for (int p = 0; p < n; p++)
-    machine_ranks += comm->peers[p].machine_id == comm->peers[comm->rank].machine_id;
+  int machine_ranks = 0, before = 0;
+  for (int p = 0; p < n; p++) {
+    int here = comm->peers[p].machine_id == comm->peers[comm->rank].machine_id;
+    machine_ranks += here;
+    before += here && p < comm->rank;
+  }
+  tp->spread_index = machine_ranks > 1 && params_get()->spread ? before : -1;
   int threads = LOOM_MAX(machine_ranks, tp->segs.same_host) * (1 + tp->helper_threads);
   long long spin = params_get()->spin_count;
   if (spin < 0) spin = threads > LOOM_MAX(comm->peers[comm->rank].cpus, 1) ? 0 : 2000;
@@ -310,6 +317,58 @@ struct bell* tp_self_bell(struct loom_comm* comm) {
 struct bell* tp_peer_bell(struct loom_comm* comm, int peer) {
   struct rank_seg* s = comm->tp->segs.peer[peer];
   return s ? &s->bell : NULL;
+}
+
+/* Two ranks that poll each other need two cores. The wake-ups at the end
+ * of init often put every rank of a machine on the vCPU where the bootstrap
+ * threads ran, and the kernel's balancer then leaves them there for the
+ * whole launch: a waiter that spins or yields keeps the core until its slice
+ * ends, so each hand-off costs a scheduler slice (docs/PERFORMANCE.md, "Two
+ * ranks on one vCPU"). So the first time a thread drives a plan, it moves to
+ * the CPU of its place among the machine's ranks (within the CPUs it may
+ * use) and gets its own mask back at once: it is not pinned, the balancer
+ * may move it later, and a thread that was bound to one CPU stays put. Once
+ * a thread: a rank's later communicators keep where the first put it. */
+int tp_spread_cpu(const cpu_set_t* mask, int index) {
+  int allowed = CPU_COUNT(mask);
+  if (index < 0 || allowed < 2) return -1;
+  int want = index % allowed;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++)
+    if (CPU_ISSET(cpu, mask) && seen++ == want) return cpu;
+  return -1;
+}
+
+int tp_thread_move(int cpu) {
+  cpu_set_t mask, one;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0 || !CPU_ISSET(cpu, &mask)) return -1;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) return -1;
+  int at =
+      sched_getcpu(); /* cpu: a thread leaves a CPU its mask excludes before the call returns */
+  if (sched_setaffinity(0, sizeof(mask), &mask) != 0) {
+    LOOM_WARN(SUB_INIT, "cannot restore a thread's CPU mask after moving it to CPU %d: %s", cpu,
+              strerror(errno));
+    return -1;
+  }
+  return at;
+}
+
+void tp_thread_spread(struct loom_comm* comm) {
+  static _Thread_local int settled;
+  int index = comm->tp ? comm->tp->spread_index : -1;
+  if (settled || index < 0) return;
+  settled = 1;
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return;
+  int cpu = tp_spread_cpu(&mask, index), was = sched_getcpu();
+  if (cpu < 0) return;
+  int at = was == cpu ? cpu : tp_thread_move(cpu);
+  LOOM_INFO(SUB_INIT, "rank %d: place %d among the machine's ranks, CPU %d of %d: from CPU %d %s",
+            comm->rank, index, cpu, CPU_COUNT(&mask), was,
+            was == cpu  ? "(already there)"
+            : at == cpu ? "(moved)"
+                        : "(could not move)");
 }
 
 int tp_spin_count(struct loom_comm* comm) {

@@ -10,6 +10,7 @@
 #ifndef LOOM_TRANSPORT_H
 #define LOOM_TRANSPORT_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -222,6 +223,15 @@ void tp_mem_dereg_used(struct loom_comm* comm, void** handles);
 loomResult_t tp_comm_init_none(struct loom_comm* comm, int used);
 /* How many polls a waiter should spin before sleeping. */
 int tp_spin_count(struct loom_comm* comm);
+/* Called by the thread that drives a plan: the first time, it moves to a CPU
+ * of its own among the machine's ranks (LOOM_SPREAD). */
+void tp_thread_spread(struct loom_comm* comm);
+/* The CPU for place index among a machine's ranks: the (index mod count)th
+ * of mask, or -1 when mask has fewer than two or index < 0. */
+int tp_spread_cpu(const cpu_set_t* mask, int index);
+/* Moves the calling thread to cpu (one of its mask) and gives it its mask
+ * back; the CPU it ran on in between (cpu), or -1 on failure. */
+int tp_thread_move(int cpu);
 /* Names of the transports usable here (loom_info). */
 const char* tp_list_available(void);
 
