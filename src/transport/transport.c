@@ -4,7 +4,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +26,12 @@ struct tp_comm {
   struct conn** send_conns; /* [lane * nranks + peer] */
   struct conn** recv_conns;
   int spin;
-  int spread_index;   /* this rank's place among the machine's ranks, or -1 (tp_thread_spread) */
-  int helper_threads; /* threads a transport runs for this rank (tp_helper_thread_add) */
-  struct progress* progress;      /* the network progress engine, once a transport asks for it */
-  struct peer_state* peer;        /* peer.c */
-  uint64_t lines_calls;           /* calls with lines so far (tp_lines_next) */
+  int spread_index; /* this rank's place among the machine's ranks, or -1 (tp_thread_spread) */
+  _Atomic uintptr_t spread_last; /* the thread that last drove a plan (pthread_self) */
+  int helper_threads;            /* threads a transport runs for this rank (tp_helper_thread_add) */
+  struct progress* progress;     /* the network progress engine, once a transport asks for it */
+  struct peer_state* peer;       /* peer.c */
+  uint64_t lines_calls;          /* calls with lines so far (tp_lines_next) */
   int allowed[TP_MAX_TRANSPORTS]; /* by LOOM_TRANSPORTS, index in all_transports */
   void* state[TP_MAX_TRANSPORTS]; /* each transport's own (tp_comm_state) */
 };
@@ -356,9 +359,17 @@ int tp_thread_move(int cpu) {
 
 void tp_thread_spread(struct loom_comm* comm) {
   static _Thread_local int settled;
-  int index = comm->tp ? comm->tp->spread_index : -1;
-  if (settled || index < 0) return;
+  struct tp_comm* tp = comm->tp;
+  if (!tp || tp->spread_index < 0) return;
+  /* Every call: one load. The thread that drove the last plan is settled
+   * already (a thread-local costs a call into the dynamic linker here). A
+   * new thread that reuses an old one's id is not moved: no harm. */
+  uintptr_t me = (uintptr_t)pthread_self();
+  if (atomic_load_explicit(&tp->spread_last, memory_order_relaxed) == me) return;
+  atomic_store_explicit(&tp->spread_last, me, memory_order_relaxed);
+  if (settled) return;
   settled = 1;
+  int index = tp->spread_index;
   cpu_set_t mask;
   if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return;
   int cpu = tp_spread_cpu(&mask, index), was = sched_getcpu();
