@@ -322,16 +322,6 @@ struct bell* tp_peer_bell(struct loom_comm* comm, int peer) {
   return s ? &s->bell : NULL;
 }
 
-/* Two ranks that poll each other need two cores. The wake-ups at the end
- * of init often put every rank of a machine on the vCPU where the bootstrap
- * threads ran, and the kernel's balancer then leaves them there for the
- * whole launch: a waiter that spins or yields keeps the core until its slice
- * ends, so each hand-off costs a scheduler slice (docs/PERFORMANCE.md, "Two
- * ranks on one vCPU"). So the first time a thread drives a plan, it moves to
- * the CPU of its place among the machine's ranks (within the CPUs it may
- * use) and gets its own mask back at once: it is not pinned, the balancer
- * may move it later, and a thread that was bound to one CPU stays put. Once
- * a thread: a rank's later communicators keep where the first put it. */
 int tp_spread_cpu(const cpu_set_t* mask, int index) {
   int allowed = CPU_COUNT(mask);
   if (index < 0 || allowed < 2) return -1;
@@ -347,8 +337,8 @@ int tp_thread_move(int cpu) {
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
   if (sched_setaffinity(0, sizeof(one), &one) != 0) return -1;
-  int at =
-      sched_getcpu(); /* cpu: a thread leaves a CPU its mask excludes before the call returns */
+  /* cpu: a thread leaves a CPU its mask excludes before the call returns. */
+  int at = sched_getcpu();
   if (sched_setaffinity(0, sizeof(mask), &mask) != 0) {
     LOOM_WARN(SUB_INIT, "cannot restore a thread's CPU mask after moving it to CPU %d: %s", cpu,
               strerror(errno));
@@ -357,6 +347,16 @@ int tp_thread_move(int cpu) {
   return at;
 }
 
+/* Two ranks that poll each other need two cores. The wake-ups at the end
+ * of init often put every rank of a machine on the vCPU where the bootstrap
+ * threads ran, and the kernel's balancer then leaves them there for the
+ * whole launch: a waiter that spins or yields keeps the core until its slice
+ * ends, so each hand-off costs a scheduler slice (docs/PERFORMANCE.md, "Two
+ * ranks on one vCPU"). So the first time a thread drives a plan, it moves to
+ * the CPU of its place among the machine's ranks (within the CPUs it may
+ * use) and gets its own mask back at once: it is not pinned, the balancer
+ * may move it later, and a thread that was bound to one CPU stays put. Once
+ * a thread: a rank's later communicators keep where the first put it. */
 void tp_thread_spread(struct loom_comm* comm) {
   static _Thread_local int settled;
   struct tp_comm* tp = comm->tp;
