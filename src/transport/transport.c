@@ -349,10 +349,11 @@ int tp_thread_move(int cpu) {
 
 /* Two ranks that poll each other need two cores. The wake-ups at the end
  * of init often put every rank of a machine on the vCPU where the bootstrap
- * threads ran, and the kernel's balancer then leaves them there for the
- * whole launch: a waiter that spins or yields keeps the core until its slice
- * ends, so each hand-off costs a scheduler slice (docs/PERFORMANCE.md, "Two
- * ranks on one vCPU"). So the first time a thread drives a plan, it moves to
+ * threads ran, and where one rank runs ahead and waits (a broadcast's
+ * root) the kernel's balancer left them there for the whole launch: a
+ * waiter that spins or yields keeps the core until its slice ends, so each
+ * hand-off costs a scheduler slice (docs/PERFORMANCE.md, "Two ranks on one
+ * vCPU"). So the first time a thread drives a plan, it moves to
  * the CPU of its place among the machine's ranks (within the CPUs it may
  * use) and gets its own mask back at once: it is not pinned, the balancer
  * may move it later, and a thread that was bound to one CPU stays put. Once
