@@ -29,6 +29,7 @@
  * reuses a buffer, so a sent one stays valid until its send completed (the run ends by
  * synchronizing every channel) and an F's input until its B returns. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -259,17 +260,20 @@ static loomResult_t run_wait(struct loomPipeRunner* rn, int stage, int dir) {
   return loomStreamSynchronize(ch->stream);
 }
 
+/* *waited: the failure, if any, was the wait for a receive (not the callback). */
 static loomResult_t run_compute(struct loomPipeRunner* rn, const loomPipeCallbacks* cb,
-                                const loomPipeAction* a, loomStream_t stream) {
+                                const loomPipeAction* a, loomStream_t stream, int* waited) {
   int s = a->stage, i = a->microbatch, last = rn->sched->S - 1;
   loomResult_t r = loomSuccess;
   if (a->op == loomPipeF) {
     if (s > 0) r = run_wait(rn, s - 1, DIR_F);
+    *waited = r != loomSuccess;
     if (r == loomSuccess)
       r = cb->forward(cb->user, s, i, s > 0 ? ACT(rn, s - 1, i) : NULL,
                       s < last ? ACT(rn, s, i) : NULL, stream);
   } else if (a->op == loomPipeB) {
     if (s < last) r = run_wait(rn, s + 1, DIR_B);
+    *waited = r != loomSuccess;
     if (r == loomSuccess)
       r = cb->backwardInput(cb->user, s, i, s < last ? GRAD(rn, s, i) : NULL,
                             s > 0 ? GRAD(rn, s - 1, i) : NULL, stream);
@@ -320,28 +324,82 @@ static loomResult_t run_check(loomPipeRunner_t rn, const loomPipeCallbacks* cb) 
   return loomSuccess;
 }
 
+static const char* op_name(int op) {
+  static const char* const names[] = {"forward",   "backwardInput", "backwardWeight", "send F",
+                                      "receive F", "send B",        "receive B"};
+  return op >= 0 && op < (int)(sizeof(names) / sizeof(names[0])) ? names[op] : "action";
+}
+
+/* The text of a failed run, on pp (what loomGetLastError(pp) returns): which action failed,
+ * and the channel communicator's own text, which names the peer or the deadline, when one of
+ * its calls failed. A failed callback's own text on pp (loomSetLastError: pp's text differs
+ * from `before`, the text at the run's start) is kept after ours. */
+static loomResult_t run_failed(struct loomPipeRunner* rn, loomResult_t r, const loomPipeAction* a,
+                               int chan, const char* before) {
+  char why[768] = "";
+  const char* t = chan >= 0 && rn->chans[chan].comm ? loomGetLastError(rn->chans[chan].comm)
+                                                    : loomGetLastError(rn->pp);
+  if (t && (chan >= 0 || strcmp(t, before) != 0)) snprintf(why, sizeof(why), "%s", t);
+  if (a)
+    par_fail(rn->pp, r, RUN, "%s of stage %d, microbatch %d failed (%s)%s%s", op_name(a->op),
+             a->stage, a->microbatch, loomGetErrorString(r), why[0] ? ": " : "", why);
+  else
+    par_fail(rn->pp, r, RUN, "completing the sends and receives failed (%s)%s%s",
+             loomGetErrorString(r), why[0] ? ": " : "", why);
+  rn->failed = 1;
+  chan_close(rn, 1);
+  return r;
+}
+
+/* The channel an action's wait or post uses, or -1 for a callback that failed by itself. */
+static int run_chan(const struct loomPipeRunner* rn, const loomPipeAction* a, int waited) {
+  const struct loomPipeSchedule* s = rn->sched;
+  int last = s->S - 1;
+  switch (a->op) {
+    case loomPipeF:
+      return waited && a->stage > 0 && s->stage_rank[a->stage - 1] != rn->rank
+                 ? rn->recv_of[s->stage_rank[a->stage - 1] * 2 + DIR_F]
+                 : -1;
+    case loomPipeB:
+      return waited && a->stage < last && s->stage_rank[a->stage + 1] != rn->rank
+                 ? rn->recv_of[s->stage_rank[a->stage + 1] * 2 + DIR_B]
+                 : -1;
+    case loomPipeW:
+      return -1;
+    case loomPipeSendF:
+      return rn->send_of[a->peer * 2 + DIR_F];
+    case loomPipeSendB:
+      return rn->send_of[a->peer * 2 + DIR_B];
+    case loomPipeRecvF:
+      return rn->recv_of[a->peer * 2 + DIR_F];
+    default:
+      return rn->recv_of[a->peer * 2 + DIR_B];
+  }
+}
+
 loomResult_t loomPipeRunnerRun(loomPipeRunner_t runner, const loomPipeCallbacks* callbacks,
                                loomStream_t stream) {
   loomResult_t r = run_check(runner, callbacks);
   if (r != loomSuccess) return r;
   r = par_enter(runner->pp, RUN, stream);
   if (r != loomSuccess) return r; /* nothing communicated: the runner stays usable */
+  char before[768];
+  snprintf(before, sizeof(before), "%s", loomGetLastError(runner->pp));
   const loomPipeAction* list = runner->sched->lists[runner->rank];
-  for (int k = 0; k < runner->sched->counts[runner->rank] && r == loomSuccess; k++) {
+  for (int k = 0; k < runner->sched->counts[runner->rank]; k++) {
     const loomPipeAction* a = &list[k];
+    int waited = 0;
     if (a->op == loomPipeF || a->op == loomPipeB || a->op == loomPipeW)
-      r = run_compute(runner, callbacks, a, stream);
+      r = run_compute(runner, callbacks, a, stream, &waited);
     else
       r = run_post(runner, a);
+    if (r != loomSuccess) return run_failed(runner, r, a, run_chan(runner, a, waited), before);
   }
   /* The sends (and any receive no compute consumed) complete before the buffers are reused. */
-  for (int c = 0; c < runner->nchan && r == loomSuccess; c++) {
+  for (int c = 0; c < runner->nchan; c++) {
     runner->chans[c].pending = 0;
     r = loomStreamSynchronize(runner->chans[c].stream);
+    if (r != loomSuccess) return run_failed(runner, r, NULL, c, before);
   }
-  if (r != loomSuccess) {
-    runner->failed = 1;
-    chan_close(runner, 1);
-  }
-  return r;
+  return loomSuccess;
 }

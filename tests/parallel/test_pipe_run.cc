@@ -371,14 +371,24 @@ void fail_one(Ctx& c, int op) {
   st.fail_mb = 1;
   loomPipeCallbacks cb = callbacks_of(st);
   loomResult_t r = loomPipeRunnerRun(rn.r, &cb, nullptr);
-  if (c.rank == c.nranks - 1)
-    EXPECT_EQ(r, loomInternalError) << "op " << op << ": " << loomGetLastError(nullptr);
-  else
+  // pp's text names the run and, on the failing rank, the callback that failed.
+  std::string text = loomGetLastError(c.comm);
+  const char* names[] = {"forward", "backwardInput", "backwardWeight"};
+  if (c.rank == c.nranks - 1) {
+    EXPECT_EQ(r, loomInternalError) << "op " << op << ": " << text;
+    EXPECT_NE(text.find(std::string("loomPipeRunnerRun: ") + names[op] + " of stage " +
+                        std::to_string(S - 1) + ", microbatch 1 failed"),
+              std::string::npos)
+        << text;
+  } else {
     EXPECT_TRUE(r == loomRemoteError || r == loomTimeout)
         << "op " << op << ", rank " << c.rank << ": " << loomGetErrorString(r);
+    EXPECT_EQ(text.rfind("loomPipeRunnerRun: ", 0), 0u) << text;
+  }
   if (r != loomSuccess) {
     EXPECT_EQ(loomPipeRunnerRun(rn.r, &cb, nullptr), loomInvalidUsage);
-    EXPECT_FALSE(std::string(loomGetLastError(c.comm)).empty());
+    EXPECT_NE(std::string(loomGetLastError(c.comm)).find("only loomPipeRunnerDestroy"),
+              std::string::npos);
   }
 }
 
@@ -431,7 +441,13 @@ TEST(PipeRunKilled, Proc4TheOthersGetAnError) {
         loomResult_t r = loomPipeRunnerRun(rn.r, &cb, nullptr);
         ASSERT_NE(c.rank, victim) << "the victim survived its SIGKILL";
         EXPECT_NE(r, loomSuccess) << "rank " << c.rank << " finished a run its peer died in";
-        EXPECT_FALSE(std::string(loomGetLastError(c.comm)).empty());
+        // pp has a text at once, whether or not its own watch has seen the death yet: the
+        // run's (naming the action), or the watch's, written later (naming a peer that is gone:
+        // the victim, or a survivor that already aborted).
+        std::string text = loomGetLastError(c.comm);
+        EXPECT_TRUE(text.rfind("loomPipeRunnerRun: ", 0) == 0 ||
+                    text.find(" closed its bootstrap connection") != std::string::npos)
+            << text;
         EXPECT_EQ(loomPipeRunnerRun(rn.r, &cb, nullptr), loomInvalidUsage);
         loomCommAbort(c.comm);  // its peer is dead: abort rather than destroy
         c.comm = nullptr;
