@@ -95,6 +95,8 @@ void sock_conn_free(struct sock_conn* c) {
     if (c->streams[i].fd >= 0) sock_close(c->streams[i].fd);
     if (c->streams[i].bounce) memstat_sub(comm, MEM_STAGING, c->base.peer, sock_bounce_bytes(c));
     free(c->streams[i].bounce);
+    if (c->streams[i].rbuf) memstat_sub(comm, MEM_STAGING, c->base.peer, SOCK_RBUF_BYTES);
+    free(c->streams[i].rbuf);
   }
   pthread_mutex_destroy(&c->lock);
   memstat_sub(comm, MEM_CONN, c->base.peer, sizeof(*c) + c->cap * sizeof(*c->ring));

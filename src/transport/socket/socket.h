@@ -105,9 +105,14 @@ struct sock_stream {
   int64_t frame; /* its next frame in that message; -1: not worked out */
   struct sock_frame out;
   size_t out_done; /* bytes of header + payload of the current frame sent */
-  /* Receiver. */
+  /* Receiver. The stream's bytes are read into rbuf (made on the first read), except a
+   * payload's rest, read straight to its place when rbuf is empty; rbuf[rb_at..rb_end) are
+   * read and not yet taken. */
+  char* rbuf;
+  size_t rb_at, rb_end;
+  int drained; /* a read this round found the socket empty: no second try */
   struct sock_frame in;
-  size_t in_got;  /* header bytes read */
+  size_t in_got;  /* header bytes taken (0 or all) */
   int in_checked; /* the header matched its posted message */
   size_t pay_got; /* payload bytes read (into dst or the bounce buffer) */
   char* bounce;   /* reduce receives: the incoming bytes before reducing */
@@ -225,6 +230,10 @@ const char* sock_frame_mismatch(const struct sock_frame* f, uint32_t nframes, ui
 static inline size_t sock_bounce_bytes(const struct sock_conn* c) {
   return LOOM_MIN((size_t)SOCK_BOUNCE_MAX, c->sc->chunk);
 }
+
+/* A stream's receive buffer: a frame of up to this much, header included, comes in with
+ * one recv (and the next header with the rest of a larger one). */
+#define SOCK_RBUF_BYTES (16u << 10)
 
 /* What the engine watches a stream for (PROGRESS_*). */
 unsigned sock_stream_events(const struct sock_conn* c);

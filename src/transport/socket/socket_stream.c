@@ -10,12 +10,18 @@
  * message order, header and payload in one sendmsg, straight from the
  * caller's buffer.
  *
- * Receiver: a stream reads a header, waits (stops reading) until the
- * message it names is posted, checks it against the posted receive (size,
- * bounds) and reads the payload straight into the destination, or, for a
- * receive that reduces, through a bounce buffer reduced into the
- * destination as whole elements arrive. A message is done when all of its
- * frames are in, whichever streams they came by. */
+ * Receiver: a stream reads what its socket has into a small buffer of its
+ * own, so that one recv takes a small frame whole, header and payload (and
+ * a large frame's rest goes straight to its place, with the next header
+ * behind it in the buffer). It takes a header, waits (stops reading once
+ * the buffer holds it) until the message it names is posted, checks it
+ * against the posted receive (size, bounds) and takes the payload into the
+ * destination, or, for a receive that reduces, through a bounce buffer
+ * reduced into the destination as whole elements arrive. A read that comes
+ * back short emptied the socket, so a round tries no second one (no EAGAIN
+ * after every message): what arrives later comes with the engine's edge or
+ * the executor's next poll. A message is done when all of its frames are
+ * in, whichever streams they came by. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,7 +201,70 @@ static void bounce_reduce(struct sock_stream* s, const struct xfer* x) {
   s->bounce_have -= whole;
 }
 
-/* Reads the current frame's payload. Returns 1 when it is all in. */
+/* The peer closed this stream between frames. */
+static void stream_finished(struct sock_conn* c, struct sock_stream* s) {
+  s->state = ST_FINISHED;
+  for (int i = 0; i < c->nstreams; i++)
+    if (c->streams[i].state != ST_FINISHED) return;
+  sock_conn_peer_gone(c,
+                      "peer %d closed its socket connection (%s lane): it aborted, failed or "
+                      "was destroyed",
+                      c->base.peer, sock_lane_name(c->base.lane));
+}
+
+/* One recv of what the socket has: up to `want` bytes straight to `to` (only when rbuf holds
+ * nothing: the stream's order), the rest into rbuf. Returns 1 when bytes came (*direct of them
+ * to `to`), 0 when none did: the socket is empty (or was found empty earlier this round: a
+ * short read means it was), it broke, or the peer closed it. One recv takes a small frame
+ * whole and a large one's rest together with the next header. */
+static int stream_read(struct sock_conn* c, struct sock_stream* s, char* to, size_t want,
+                       size_t* direct) {
+  *direct = 0;
+  if (s->drained) return 0;
+  if (s->rbuf == NULL) {
+    s->rbuf = malloc(SOCK_RBUF_BYTES);
+    if (s->rbuf == NULL) {
+      sock_conn_break(c, loomSystemError, "out of memory for a socket receive buffer");
+      return 0;
+    }
+    memstat_add(c->base.comm, MEM_STAGING, c->base.peer, SOCK_RBUF_BYTES);
+  }
+  if (s->rb_at > 0) { /* the unread part to the front */
+    memmove(s->rbuf, s->rbuf + s->rb_at, s->rb_end - s->rb_at);
+    s->rb_end -= s->rb_at;
+    s->rb_at = 0;
+  }
+  if (s->rb_end > 0) to = NULL;
+  struct iovec iov[2];
+  int niov = 0;
+  if (to != NULL && want > 0) iov[niov++] = (struct iovec){to, want};
+  iov[niov++] = (struct iovec){s->rbuf + s->rb_end, SOCK_RBUF_BYTES - s->rb_end};
+  size_t asked = (niov == 2 ? want : 0) + (SOCK_RBUF_BYTES - s->rb_end);
+  struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+  for (;;) {
+    ssize_t n = recvmsg(s->fd, &mh, MSG_DONTWAIT);
+    if (n > 0) {
+      *direct = niov == 2 ? LOOM_MIN((size_t)n, want) : 0;
+      s->rb_end += (size_t)n - *direct;
+      /* A stream socket's recv takes everything queued up to the size asked: a short one
+       * emptied it. More comes with an edge (the engine's) or the next poll. */
+      if ((size_t)n < asked) s->drained = 1;
+      return 1;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      s->drained = 1;
+      return 0;
+    }
+    if (n == 0 && s->in_got == 0 && s->rb_end == 0)
+      stream_finished(c, s);
+    else
+      stream_lost(c, s, n < 0 ? errno : 0);
+    return 0;
+  }
+}
+
+/* Takes the current frame's payload, from rbuf first. Returns 1 when it is all in. */
 static int recv_payload(struct sock_conn* c, struct sock_stream* s, const struct xfer* x) {
   size_t bounce_bytes = sock_bounce_bytes(c);
   if (x->reduce && s->bounce == NULL && s->in.len > 0) {
@@ -210,49 +279,33 @@ static int recv_payload(struct sock_conn* c, struct sock_stream* s, const struct
     size_t left = s->in.len - s->pay_got;
     char* to = x->reduce ? s->bounce + s->bounce_have : (char*)x->dst + s->in.offset + s->pay_got;
     size_t want = x->reduce ? LOOM_MIN(bounce_bytes - s->bounce_have, left) : left;
-    ssize_t n = recv(s->fd, to, want, MSG_DONTWAIT);
+    size_t n = LOOM_MIN(s->rb_end - s->rb_at, want);
     if (n > 0) {
-      s->pay_got += (size_t)n;
-      if (x->reduce) {
-        s->bounce_have += (size_t)n;
-        bounce_reduce(s, x);
-      }
-      continue;
+      memcpy(to, s->rbuf + s->rb_at, n);
+      s->rb_at += n;
+    } else if (!stream_read(c, s, to, want, &n)) {
+      return 0;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    stream_lost(c, s, n < 0 ? errno : 0);
-    return 0;
+    s->pay_got += n;
+    if (x->reduce) {
+      s->bounce_have += n;
+      bounce_reduce(s, x);
+    }
   }
   return 1;
 }
 
-/* The peer closed this stream between frames. */
-static void stream_finished(struct sock_conn* c, struct sock_stream* s) {
-  s->state = ST_FINISHED;
-  for (int i = 0; i < c->nstreams; i++)
-    if (c->streams[i].state != ST_FINISHED) return;
-  sock_conn_peer_gone(c,
-                      "peer %d closed its socket connection (%s lane): it aborted, failed or "
-                      "was destroyed",
-                      c->base.peer, sock_lane_name(c->base.lane));
-}
-
-/* Reads the header. Returns 1 when it is complete and sane. */
+/* Takes the header, from rbuf. Returns 1 when it is complete and sane. */
 static int recv_header(struct sock_conn* c, struct sock_stream* s) {
   while (s->in_got < sizeof(s->in)) {
-    ssize_t n = recv(s->fd, (char*)&s->in + s->in_got, sizeof(s->in) - s->in_got, MSG_DONTWAIT);
-    if (n > 0) {
-      s->in_got += (size_t)n;
-      continue;
+    if (s->rb_end - s->rb_at >= sizeof(s->in)) {
+      memcpy(&s->in, s->rbuf + s->rb_at, sizeof(s->in));
+      s->rb_at += sizeof(s->in);
+      s->in_got = sizeof(s->in);
+      break;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    if (n == 0 && s->in_got == 0)
-      stream_finished(c, s);
-    else
-      stream_lost(c, s, n < 0 ? errno : 0);
-    return 0;
+    size_t direct;
+    if (!stream_read(c, s, NULL, 0, &direct)) return 0;
   }
   return frame_sane(c, &s->in);
 }
@@ -283,10 +336,12 @@ void sock_stream_progress(struct sock_conn* c) {
   for (int i = 0; i < c->nstreams; i++) {
     struct sock_stream* s = &c->streams[i];
     if (s->state != ST_UP) continue;
-    if (c->base.is_send)
+    if (c->base.is_send) {
       send_progress(c, s);
-    else
+    } else {
+      s->drained = 0;
       recv_progress(c, s);
+    }
     if (atomic_load_explicit(&c->broken, memory_order_relaxed)) return;
   }
   sock_conn_retire(c);
