@@ -45,6 +45,7 @@ struct pipe_chan {
   loomComm_t comm;     /* the two-rank communicator */
   loomStream_t stream; /* this end's host stream */
   int peer;            /* the other end's rank in comm */
+  int pp_peer;         /* ... and in pp */
   int pending;         /* receives posted since the last wait on stream */
 };
 
@@ -107,6 +108,7 @@ static loomResult_t chan_make(struct loomPipeRunner* rn, unsigned char* used) {
     struct pipe_chan* ch = &rn->chans[rn->nchan++];
     ch->comm = comm;
     ch->peer = (src == me ? dst : src) > me ? 1 : 0; /* key = pp rank orders the two */
+    ch->pp_peer = src == me ? dst : src;
     if (src == me)
       rn->send_of[dst * 2 + dir] = rn->nchan - 1;
     else
@@ -340,12 +342,17 @@ static loomResult_t run_failed(struct loomPipeRunner* rn, loomResult_t r, const 
   const char* t = chan >= 0 && rn->chans[chan].comm ? loomGetLastError(rn->chans[chan].comm)
                                                     : loomGetLastError(rn->pp);
   if (t && (chan >= 0 || strcmp(t, before) != 0)) snprintf(why, sizeof(why), "%s", t);
+  /* The channel's text numbers the ranks of its own two-rank communicator: say which pp
+   * rank is at its other end. */
+  char with[64] = "";
+  if (chan >= 0)
+    snprintf(with, sizeof(with), " on the channel with pp rank %d", rn->chans[chan].pp_peer);
   if (a)
-    par_fail(rn->pp, r, RUN, "%s of stage %d, microbatch %d failed (%s)%s%s", op_name(a->op),
-             a->stage, a->microbatch, loomGetErrorString(r), why[0] ? ": " : "", why);
+    par_fail(rn->pp, r, RUN, "%s of stage %d, microbatch %d failed (%s)%s%s%s", op_name(a->op),
+             a->stage, a->microbatch, loomGetErrorString(r), with, why[0] ? ": " : "", why);
   else
-    par_fail(rn->pp, r, RUN, "completing the sends and receives failed (%s)%s%s",
-             loomGetErrorString(r), why[0] ? ": " : "", why);
+    par_fail(rn->pp, r, RUN, "completing the sends and receives failed (%s)%s%s%s",
+             loomGetErrorString(r), with, why[0] ? ": " : "", why);
   rn->failed = 1;
   chan_close(rn, 1);
   return r;

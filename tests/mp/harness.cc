@@ -269,8 +269,8 @@ int free_port(int family) {
                             : ntohs(((sockaddr_in*)&ss)->sin_port);
 }
 
-void meet(const Ctx& c, int expected) {
-  const std::string path = c.id_file + ".meet";
+void meet(const Ctx& c, int expected, const std::string& tag) {
+  const std::string path = c.id_file + ".meet" + tag;
   int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0600);
   ASSERT_GE(fd, 0) << "cannot open " << path;
   ASSERT_EQ(write(fd, "x", 1), 1);

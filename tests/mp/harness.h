@@ -80,8 +80,9 @@ int free_port(int family = 2 /* AF_INET */);
 // Waits (at most 20 s) until `expected` ranks of this run have called it: a
 // file next to the run's id file counts arrivals, and whoever sees them all
 // removes it. Needs ctx.id_file (process ranks, and thread ranks of run()).
-// Once per run: a second call could find the file of the first recreated.
-void meet(const Ctx& c, int expected);
+// Once per run and tag: a second call with the same tag could find the file of the first
+// recreated.
+void meet(const Ctx& c, int expected, const std::string& tag = "");
 
 // A communicator timeout no test waits out: far above every harness timeout
 // (and with it the heartbeats' window, half the timeout up to 30 s, stays

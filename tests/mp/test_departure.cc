@@ -32,9 +32,9 @@ Opts DepartureOpts() {
 // fail naming the leaver and its departure. No survivor ends (destroying a
 // failed communicator, without a goodbye) before every survivor has its
 // error: otherwise a survivor still waiting could fail for that one first.
-// (meet_after false: the test met already; harness::meet is once per run.)
+// (meet_tag: a test that met already meets again under another tag.)
 template <typename Op>
-void LeaveThen(Ctx& c, Op op, bool meet_after = true) {
+void LeaveThen(Ctx& c, Op op, const std::string& meet_tag = "") {
   if (c.rank == kLeaver) {
     ASSERT_LOOM_OK(loomCommDestroy(c.comm));
     c.comm = nullptr;
@@ -48,7 +48,7 @@ void LeaveThen(Ctx& c, Op op, bool meet_after = true) {
   EXPECT_TRUE(text.find("left the communicator") != std::string::npos ||
               text.find("destroyed") != std::string::npos)
       << text;
-  if (meet_after) harness::meet(c, c.nranks - 1);
+  harness::meet(c, c.nranks - 1, meet_tag);
 }
 
 class Departure : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
@@ -88,7 +88,7 @@ TEST_P(Departure, BroadcastFromARankThatLeft) {
               return loomBroadcast(v.data(), v.data(), v.size(), loomInt32, kLeaver, c.comm,
                                    nullptr);
             },
-            false);
+            ".after");
       },
       DepartureOpts());
 }
