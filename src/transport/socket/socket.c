@@ -215,12 +215,8 @@ static loomResult_t socket_post(struct conn* base, struct xfer* x) {
   if (base->is_send) {
     size_t chunk = c->sc->chunk;
     m->nframes = x->bytes == 0 ? 1 : (uint32_t)LOOM_DIV_UP(x->bytes, chunk);
-    if (x->bytes <= SOCK_SMALL_BYTES) { /* one frame, on stream 0 (socket.h) */
-      m->first = 0;
-    } else {
-      m->first = c->rr;
-      c->rr = (uint32_t)((c->rr + m->nframes) % (uint32_t)c->nstreams);
-    }
+    m->first = c->rr;
+    c->rr = (uint32_t)((c->rr + m->nframes) % (uint32_t)c->nstreams);
   }
   x->slot = (uint32_t)c->tail;
   c->tail++;
@@ -248,7 +244,7 @@ static loomResult_t socket_test(struct xfer* x, int* done_out) {
    * not at them): no hand-off between threads on the way in. */
   if (!done && atomic_load_explicit(&c->up, memory_order_acquire) &&
       pthread_mutex_trylock(&c->lock) == 0) {
-    if (conn_inline_ok(c)) sock_stream_poll(c);
+    if (conn_inline_ok(c)) sock_stream_progress(c);
     pthread_mutex_unlock(&c->lock);
     done = msg_done(c, x);
   }

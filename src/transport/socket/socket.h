@@ -231,10 +231,6 @@ static inline size_t sock_bounce_bytes(const struct sock_conn* c) {
   return LOOM_MIN((size_t)SOCK_BOUNCE_MAX, c->sc->chunk);
 }
 
-/* A message of at most this many bytes (LOOM_SOCKET_CHUNK's least) is one frame whatever
- * the sender's chunk, and goes on stream 0, so that its receiver knows where to look. */
-#define SOCK_SMALL_BYTES 4096u
-
 /* A stream's receive buffer: a frame of up to this much, header included, comes in with
  * one recv (and the next header with the rest of a larger one). */
 #define SOCK_RBUF_BYTES (16u << 10)
@@ -255,10 +251,6 @@ void sock_net_stop(struct sock_comm* sc);
 
 /* Moves what it can on every stream of c without waiting. */
 void sock_stream_progress(struct sock_conn* c);
-/* The same for a waiting executor's poll: where the first unfinished message of a receiving
- * connection is small, only stream 0, which carries it, is read (one recv a poll, not one a
- * stream). */
-void sock_stream_poll(struct sock_conn* c);
 /* A sender stream just connected: its hello goes first. */
 void sock_stream_hello_init(struct sock_conn* c, struct sock_stream* s);
 

@@ -4,10 +4,9 @@
  * goes as far as the socket lets it (EAGAIN) or as far as what is posted.
  *
  * Sender: frame k of message m goes on stream (first(m) + k) % nstreams,
- * where first(m) continues the round robin of the message before, so large
- * messages cut into LOOM_SOCKET_CHUNK pieces fill all the streams; a small
- * one (SOCK_SMALL_BYTES) goes on stream 0, where its waiting receiver
- * polls it alone. A stream sends its frames in
+ * where first(m) continues the round robin of the message before, so small
+ * messages spread over the streams and large ones cut into
+ * LOOM_SOCKET_CHUNK pieces fill all of them. A stream sends its frames in
  * message order, header and payload in one sendmsg, straight from the
  * caller's buffer.
  *
@@ -331,18 +330,6 @@ static void recv_progress(struct sock_conn* c, struct sock_stream* s) {
     s->in_checked = 0;
     s->pay_got = 0;
   }
-}
-
-void sock_stream_poll(struct sock_conn* c) {
-  struct sock_stream* s = &c->streams[0];
-  if (c->base.is_send || c->head == c->tail || msg_at(c, c->head)->x->bytes > SOCK_SMALL_BYTES ||
-      s->state != ST_UP) {
-    sock_stream_progress(c);
-    return;
-  }
-  s->drained = 0;
-  recv_progress(c, s);
-  if (!atomic_load_explicit(&c->broken, memory_order_relaxed)) sock_conn_retire(c);
 }
 
 void sock_stream_progress(struct sock_conn* c) {
