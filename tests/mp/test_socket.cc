@@ -181,8 +181,9 @@ int32_t p2p_value(int src, int dst, size_t i) {
 }
 
 // To the next rank, the one before and to itself, sizes from 0 to 12 MiB,
-// one group each; then many small messages in one group (they spread over
-// the streams and must keep their order per peer); then a burst from rank 0
+// one group each; then many small messages, every tenth a larger one, in one
+// group (they spread over the streams and must keep their order per peer);
+// then a burst from rank 0
 // that reaches rank 1 before rank 1 posts its receives.
 void p2p_body(const Ctx& c) {
   const int n = c.nranks, next = (c.rank + 1) % n, prev = (c.rank + n - 1) % n;
@@ -208,7 +209,8 @@ void p2p_body(const Ctx& c) {
   std::vector<std::vector<int32_t>> out(kMsgs), in(kMsgs);
   ASSERT_LOOM_OK(loomGroupStart());
   for (int m = 0; m < kMsgs; m++) {
-    out[m].assign((size_t)(m % 7) * 3 + 1, c.rank * 1000 + m);
+    out[m].assign(m % 10 == 9 ? (size_t)3000 + (size_t)m : (size_t)(m % 7) * 3 + 1,
+                  c.rank * 1000 + m);
     in[m].assign(out[m].size(), -1);
     EXPECT_LOOM_OK(loomSend(out[m].data(), out[m].size(), loomInt32, next, c.comm, nullptr));
     EXPECT_LOOM_OK(loomRecv(in[m].data(), in[m].size(), loomInt32, prev, c.comm, nullptr));
