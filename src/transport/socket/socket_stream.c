@@ -212,15 +212,14 @@ static void stream_finished(struct sock_conn* c, struct sock_stream* s) {
                       c->base.peer, sock_lane_name(c->base.lane));
 }
 
-/* One recv of what the socket has: up to `want` bytes straight to `to` (only when rbuf holds
- * nothing: the stream's order), the rest into rbuf. Returns 1 when bytes came (*direct of them
- * to `to`), 0 when none did: the socket is empty (or was found empty earlier this round: a
- * short read means it was), it broke, or the peer closed it. One recv takes a small frame
- * whole and a large one's rest together with the next header. */
+/* One recv of what the socket has: up to `want` bytes straight to `to`, then (with then_buf)
+ * what follows into rbuf; only into rbuf when `to` is NULL or rbuf holds bytes already (they
+ * come first: the stream's order). Returns 1 when bytes came (*direct of them to `to`), 0 when
+ * none did: the socket is empty, it broke, or the peer closed it. So one recv takes a small frame
+ * whole, and a large one's rest together with the next header. */
 static int stream_read(struct sock_conn* c, struct sock_stream* s, char* to, size_t want,
-                       size_t* direct) {
+                       int then_buf, size_t* direct) {
   *direct = 0;
-  if (s->drained) return 0;
   if (s->rbuf == NULL) {
     s->rbuf = malloc(SOCK_RBUF_BYTES);
     if (s->rbuf == NULL) {
@@ -234,21 +233,25 @@ static int stream_read(struct sock_conn* c, struct sock_stream* s, char* to, siz
     s->rb_end -= s->rb_at;
     s->rb_at = 0;
   }
-  if (s->rb_end > 0) to = NULL;
+  if (to == NULL || want == 0 || s->rb_end > 0) {
+    to = NULL;
+    want = 0;
+    then_buf = 1;
+  }
+  size_t room = then_buf ? SOCK_RBUF_BYTES - s->rb_end : 0;
   struct iovec iov[2];
   int niov = 0;
-  if (to != NULL && want > 0) iov[niov++] = (struct iovec){to, want};
-  iov[niov++] = (struct iovec){s->rbuf + s->rb_end, SOCK_RBUF_BYTES - s->rb_end};
-  size_t asked = (niov == 2 ? want : 0) + (SOCK_RBUF_BYTES - s->rb_end);
+  if (want > 0) iov[niov++] = (struct iovec){to, want};
+  if (room > 0) iov[niov++] = (struct iovec){s->rbuf + s->rb_end, room};
   struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
   for (;;) {
     ssize_t n = recvmsg(s->fd, &mh, MSG_DONTWAIT);
     if (n > 0) {
-      *direct = niov == 2 ? LOOM_MIN((size_t)n, want) : 0;
+      *direct = LOOM_MIN((size_t)n, want);
       s->rb_end += (size_t)n - *direct;
-      /* A stream socket's recv takes everything queued up to the size asked: a short one
-       * emptied it. More comes with an edge (the engine's) or the next poll. */
-      if ((size_t)n < asked) s->drained = 1;
+      /* A stream socket's recv takes everything queued up to the size asked, so a short one
+       * emptied it (recv_header takes it from there). */
+      if ((size_t)n < want + room) s->drained = 1;
       return 1;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -283,7 +286,7 @@ static int recv_payload(struct sock_conn* c, struct sock_stream* s, const struct
     if (n > 0) {
       memcpy(to, s->rbuf + s->rb_at, n);
       s->rb_at += n;
-    } else if (!stream_read(c, s, to, want, &n)) {
+    } else if (!stream_read(c, s, to, want, want == left /* rbuf gets only the next frame */, &n)) {
       return 0;
     }
     s->pay_got += n;
@@ -304,8 +307,11 @@ static int recv_header(struct sock_conn* c, struct sock_stream* s) {
       s->in_got = sizeof(s->in);
       break;
     }
+    /* A read this round that came back short found the socket empty: no second look for
+     * the next header (which would cost an EAGAIN after every small message). A payload's
+     * reads do look: a large frame's bytes keep coming while they are read. */
     size_t direct;
-    if (!stream_read(c, s, NULL, 0, &direct)) return 0;
+    if (s->drained || !stream_read(c, s, NULL, 0, 1, &direct)) return 0;
   }
   return frame_sane(c, &s->in);
 }
