@@ -251,12 +251,39 @@ loomResult_t loomPipeRunnerDestroy(loomPipeRunner_t runner) {
 #define ACT(rn, b, i) ((rn)->act[(size_t)(b) * (rn)->sched->m + (i)])
 #define GRAD(rn, b, i) ((rn)->grad[(size_t)(b) * (rn)->sched->m + (i)])
 
+/* The channel from stage's rank in direction dir, or -1 when that stage is this rank's. */
+static int chan_from(const struct loomPipeRunner* rn, int stage, int dir) {
+  int from = rn->sched->stage_rank[stage];
+  return from == rn->rank ? -1 : rn->recv_of[from * 2 + dir];
+}
+
+/* The channel an action posts on, or whose receives an F or B waited for (waited), or -1:
+ * a callback that failed by itself. */
+static int run_chan(const struct loomPipeRunner* rn, const loomPipeAction* a, int waited) {
+  switch (a->op) {
+    case loomPipeF:
+      return waited && a->stage > 0 ? chan_from(rn, a->stage - 1, DIR_F) : -1;
+    case loomPipeB:
+      return waited && a->stage < rn->sched->S - 1 ? chan_from(rn, a->stage + 1, DIR_B) : -1;
+    case loomPipeW:
+      return -1;
+    case loomPipeSendF:
+      return rn->send_of[a->peer * 2 + DIR_F];
+    case loomPipeSendB:
+      return rn->send_of[a->peer * 2 + DIR_B];
+    case loomPipeRecvF:
+      return rn->recv_of[a->peer * 2 + DIR_F];
+    default:
+      return rn->recv_of[a->peer * 2 + DIR_B];
+  }
+}
+
 /* Waits for the receives posted so far on the channel from stage's rank in direction dir,
  * when that stage is on another rank: all of them come before this point in the list. */
 static loomResult_t run_wait(struct loomPipeRunner* rn, int stage, int dir) {
-  int from = rn->sched->stage_rank[stage];
-  if (from == rn->rank) return loomSuccess;
-  struct pipe_chan* ch = &rn->chans[rn->recv_of[from * 2 + dir]];
+  int c = chan_from(rn, stage, dir);
+  if (c < 0) return loomSuccess;
+  struct pipe_chan* ch = &rn->chans[c];
   if (!ch->pending) return loomSuccess;
   ch->pending = 0;
   return loomStreamSynchronize(ch->stream);
@@ -290,27 +317,20 @@ static loomResult_t run_compute(struct loomPipeRunner* rn, const loomPipeCallbac
 /* Posts a send or receive on its channel's stream; returns at once. */
 static loomResult_t run_post(struct loomPipeRunner* rn, const loomPipeAction* a) {
   int s = a->stage, i = a->microbatch;
+  struct pipe_chan* ch = &rn->chans[run_chan(rn, a, 0)];
   switch (a->op) {
-    case loomPipeSendF: {
-      struct pipe_chan* ch = &rn->chans[rn->send_of[a->peer * 2 + DIR_F]];
+    case loomPipeSendF:
       return loomSend(ACT(rn, s, i), rn->bytes[s], loomUint8, ch->peer, ch->comm, ch->stream);
-    }
-    case loomPipeSendB: {
-      struct pipe_chan* ch = &rn->chans[rn->send_of[a->peer * 2 + DIR_B]];
+    case loomPipeSendB:
       return loomSend(GRAD(rn, s - 1, i), rn->bytes[s - 1], loomUint8, ch->peer, ch->comm,
                       ch->stream);
-    }
-    case loomPipeRecvF: {
-      struct pipe_chan* ch = &rn->chans[rn->recv_of[a->peer * 2 + DIR_F]];
+    case loomPipeRecvF:
       ch->pending++;
       return loomRecv(ACT(rn, s - 1, i), rn->bytes[s - 1], loomUint8, ch->peer, ch->comm,
                       ch->stream);
-    }
-    default: { /* loomPipeRecvB */
-      struct pipe_chan* ch = &rn->chans[rn->recv_of[a->peer * 2 + DIR_B]];
+    default: /* loomPipeRecvB */
       ch->pending++;
       return loomRecv(GRAD(rn, s, i), rn->bytes[s], loomUint8, ch->peer, ch->comm, ch->stream);
-    }
   }
 }
 
@@ -356,32 +376,6 @@ static loomResult_t run_failed(struct loomPipeRunner* rn, loomResult_t r, const 
   rn->failed = 1;
   chan_close(rn, 1);
   return r;
-}
-
-/* The channel an action's wait or post uses, or -1 for a callback that failed by itself. */
-static int run_chan(const struct loomPipeRunner* rn, const loomPipeAction* a, int waited) {
-  const struct loomPipeSchedule* s = rn->sched;
-  int last = s->S - 1;
-  switch (a->op) {
-    case loomPipeF:
-      return waited && a->stage > 0 && s->stage_rank[a->stage - 1] != rn->rank
-                 ? rn->recv_of[s->stage_rank[a->stage - 1] * 2 + DIR_F]
-                 : -1;
-    case loomPipeB:
-      return waited && a->stage < last && s->stage_rank[a->stage + 1] != rn->rank
-                 ? rn->recv_of[s->stage_rank[a->stage + 1] * 2 + DIR_B]
-                 : -1;
-    case loomPipeW:
-      return -1;
-    case loomPipeSendF:
-      return rn->send_of[a->peer * 2 + DIR_F];
-    case loomPipeSendB:
-      return rn->send_of[a->peer * 2 + DIR_B];
-    case loomPipeRecvF:
-      return rn->recv_of[a->peer * 2 + DIR_F];
-    default:
-      return rn->recv_of[a->peer * 2 + DIR_B];
-  }
 }
 
 loomResult_t loomPipeRunnerRun(loomPipeRunner_t runner, const loomPipeCallbacks* callbacks,

@@ -183,8 +183,8 @@ int32_t p2p_value(int src, int dst, size_t i) {
 // To the next rank, the one before and to itself, sizes from 0 to 12 MiB,
 // one group each; then many small messages, every tenth a larger one, in one
 // group (they spread over the streams and must keep their order per peer);
-// then a burst from rank 0
-// that reaches rank 1 before rank 1 posts its receives.
+// then a burst from rank 0 that reaches rank 1 before rank 1 posts its
+// receives.
 void p2p_body(const Ctx& c) {
   const int n = c.nranks, next = (c.rank + 1) % n, prev = (c.rank + n - 1) % n;
   for (size_t count : {(size_t)0, (size_t)1, (size_t)65537, (size_t)3 << 20}) {
