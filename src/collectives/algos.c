@@ -33,7 +33,8 @@ static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
                         [TUNE_LINES] = lines_broadcast_build},
     [COLL_REDUCE] = {[TUNE_RING] = ring_reduce_build,
                      [TUNE_TREE] = tree_reduce_build,
-                     [TUNE_ORDERED] = ordered_reduce_build},
+                     [TUNE_ORDERED] = ordered_reduce_build,
+                     [TUNE_LINES] = lines_reduce_build},
     [COLL_ALLGATHER] = {[TUNE_RING] = ring_allgather_build,
                         [TUNE_RHD] = rhd_allgather_build,
                         [TUNE_READ] = read_allgather_build,
@@ -45,7 +46,8 @@ static const gen_fn generators[COLL_KIND_COUNT][TUNE_ALGO_COUNT] = {
                             [TUNE_LINES] = lines_reducescatter_build},
     [COLL_ALLTOALL] = {[TUNE_PAIRWISE] = pairwise_alltoall_build,
                        [TUNE_BRUCK] = bruck_alltoall_build,
-                       [TUNE_READ] = read_alltoall_build},
+                       [TUNE_READ] = read_alltoall_build,
+                       [TUNE_LINES] = lines_alltoall_build},
     [COLL_ALLTOALLV] = {[TUNE_PAIRWISE] = pairwise_alltoallv_build},
     [COLL_GATHER] = {[TUNE_DIRECT] = direct_gather_build},
     [COLL_SCATTER] = {[TUNE_DIRECT] = direct_scatter_build},
@@ -129,8 +131,8 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
   }
   const struct tune_consts* k = &comm->coll->tune;
   /* Lines: host memory among the ranks of one host, what one rank puts
-   * fitting them (all-reduce: the vector; all-gather: its block;
-   * reduce-scatter: its whole input). */
+   * fitting them (all-reduce, reduce: the vector; all-gather: its block;
+   * reduce-scatter, all-to-all: its whole input). */
   size_t put = task_bytes(t, n) / (t->kind == COLL_ALLGATHER ? (size_t)n : 1);
   int lines = tp_lines_ok(comm) && t->mem == MEM_HOST && put <= TP_LINES_BYTES;
   unsigned avail = algo_candidates(t->kind, tp_direct_ok(comm) && t->mem == MEM_HOST, lines,

@@ -106,6 +106,59 @@ loomResult_t lines_allgather_build(const struct coll_args* a, struct plan* out) 
   return plan_finish(out);
 }
 
+/* All-to-all: every rank puts its whole input, then takes block r of every
+ * peer's lines (reading every rank's, as the rule above asks). In place the
+ * put has saved the input before the reads overwrite it, and the copy of
+ * this rank's own block is a no-op. */
+loomResult_t lines_alltoall_build(const struct coll_args* a, struct plan* out) {
+  size_t c = a->count, total = c * (size_t)a->nranks;
+  int n = a->nranks, r = a->rank;
+  out->buf_count[PB_SEND] = total;
+  out->buf_count[PB_RECV] = total;
+  out->buf_count[PB_SCRATCH] = 0;
+  if (c == 0) return plan_finish(out);
+  out->lines_count = total;
+  plan_step_begin(out);
+  plan_add(out, OP_LINES_PUT, -1, ref(PB_SEND, 0), lines_at(0), total);
+  plan_step_begin(out);
+  plan_add(out, OP_COPY, -1, ref(PB_SEND, (size_t)r * c), ref(PB_RECV, (size_t)r * c), c);
+  for (int k = 1; k < n; k++) {
+    int q = (r + k) % n;
+    plan_step_begin(out);
+    plan_add(out, OP_LINES_COPY, q, lines_at((size_t)r * c), ref(PB_RECV, (size_t)q * c), c);
+  }
+  return plan_finish(out);
+}
+
+/* Waits to have seen every other rank but skip's put of a call K - 2 back
+ * (the rule above), for plans that read no data of theirs. */
+static void see_others(const struct coll_args* a, struct plan* p, int skip) {
+  for (int k = 1; k < a->nranks; k++) {
+    int q = (a->rank + k) % a->nranks;
+    if (q == skip) continue;
+    plan_step_begin(p);
+    plan_add(p, OP_LINES_SEEN, q, lines_at(0), lines_at(0), 1);
+  }
+}
+
+/* Reduce: every rank puts its input; the root folds every rank's lines in
+ * rank order, and the others read nothing: they only see every other
+ * rank's put of a call K - 2 back, so they run ahead of the root as a
+ * broadcast's root runs ahead of its readers. */
+loomResult_t lines_reduce_build(const struct coll_args* a, struct plan* out) {
+  size_t c = a->count;
+  out->buf_count[PB_SEND] = c;
+  out->buf_count[PB_RECV] = a->rank == a->root ? c : 0;
+  out->buf_count[PB_SCRATCH] = a->premul ? c : 0;
+  if (c == 0) return plan_finish(out);
+  put_input(a, out, c);
+  if (a->rank == a->root)
+    fold_all(a, out, 0, ref(PB_RECV, 0), c);
+  else
+    see_others(a, out, -1);
+  return plan_finish(out);
+}
+
 /* Broadcast: the root puts the data and every other rank reads it; each of
  * those puts one element (what its receive buffer holds: a token, never
  * used as data, which publishes its call number), and every rank then
@@ -113,7 +166,7 @@ loomResult_t lines_allgather_build(const struct coll_args* a, struct plan* out) 
  * above). */
 loomResult_t lines_broadcast_build(const struct coll_args* a, struct plan* out) {
   size_t c = a->count;
-  int n = a->nranks, r = a->rank, root = a->root;
+  int r = a->rank, root = a->root;
   out->buf_count[PB_SEND] = r == root ? c : 0;
   out->buf_count[PB_RECV] = c;
   out->buf_count[PB_SCRATCH] = 0;
@@ -129,13 +182,8 @@ loomResult_t lines_broadcast_build(const struct coll_args* a, struct plan* out) 
     plan_step_begin(out);
     plan_add(out, OP_LINES_COPY, root, lines_at(0), ref(PB_RECV, 0), c);
   }
-  for (int k = 1; k < n; k++) {
-    int q = (r + k) % n;
-    if (q == root) continue;
-    plan_step_begin(out);
-    plan_add(out, OP_LINES_SEEN, q, lines_at(0), lines_at(0), 1);
-  }
-  return plan_finish(out); /* a reader has seen the root's put: it read its data */
+  see_others(a, out, root); /* a reader has seen the root's put: it read its data */
+  return plan_finish(out);
 }
 
 int plan_has_lines(const struct plan* p) {

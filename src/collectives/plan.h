@@ -233,6 +233,8 @@ loomResult_t lines_allreduce_build(const struct coll_args* a, struct plan* out);
 loomResult_t lines_allgather_build(const struct coll_args* a, struct plan* out);
 loomResult_t lines_reducescatter_build(const struct coll_args* a, struct plan* out);
 loomResult_t lines_broadcast_build(const struct coll_args* a, struct plan* out);
+loomResult_t lines_reduce_build(const struct coll_args* a, struct plan* out);
+loomResult_t lines_alltoall_build(const struct coll_args* a, struct plan* out);
 /* 1 when p uses lines. */
 int plan_has_lines(const struct plan* p);
 loomResult_t read_broadcast_build(const struct coll_args* a, struct plan* out);

@@ -268,7 +268,10 @@ static double lines_us(const struct tune_consts* k, enum tune_coll coll, int n, 
   if (put > TUNE_LINES_BYTES) return -1;
   switch (coll) {
     case TUNE_ALLREDUCE:
+    case TUNE_REDUCE: /* the root's part: the others run ahead */
       return hop + 2 * put / B + n * 2 * put / B + (n - 1) * put / R;
+    case TUNE_ALLTOALL: /* the whole input in, a block from each rank out */
+      return hop + 2 * put / B + 2 * put / B;
     case TUNE_ALLGATHER:
       return hop + 2 * put / B + n * 2 * put / B;
     case TUNE_REDUCESCATTER:

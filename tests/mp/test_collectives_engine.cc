@@ -37,12 +37,12 @@ std::vector<std::string> algos_of(Coll c) {
     case Coll::Broadcast:
       return {"ring", "tree", "read", "lines"};
     case Coll::Reduce:
-      return {"ring", "tree"};
+      return {"ring", "tree", "lines"};
     case Coll::AllGather:
     case Coll::ReduceScatter:
       return {"ring", "rhd", "read", "lines"};
     case Coll::AlltoAll:
-      return {"pairwise", "bruck", "read"};
+      return {"pairwise", "bruck", "read", "lines"};
     case Coll::AlltoAllv:
       return {"pairwise"};
     case Coll::Gather:

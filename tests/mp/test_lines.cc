@@ -1,9 +1,10 @@
 // test_lines.cc - the low-latency lines family ("lines": all-reduce,
-// all-gather, reduce-scatter and broadcast in one exchange through each
-// rank's lines):
+// all-gather, reduce-scatter, broadcast, reduce and all-to-all in one
+// exchange through each rank's lines):
 // thousands of calls back to back with ranks skewed (a rank that runs ahead
 // must never overwrite lines a slow peer still reads), runs of broadcasts
-// whose roots run ahead of their readers, every result
+// whose roots run ahead of their readers and of reduces whose other ranks
+// run ahead of their roots, every result
 // checked; float sums bit for bit the fold in rank order on every rank; and
 // the flight recorder shows lines ran where they fit and not where they do
 // not. The cover matrices (test_collectives.cc) run every type, op and
@@ -30,7 +31,9 @@ using harness::Ctx;
 using harness::Mode;
 using harness::Opts;
 
-const char* const kLines = "allreduce:lines;allgather:lines;reducescatter:lines;broadcast:lines";
+const char* const kLines =
+    "allreduce:lines;allgather:lines;reducescatter:lines;broadcast:lines;reduce:lines;"
+    "alltoall:lines";
 
 Opts lines_opts() {
   Opts o;
@@ -47,9 +50,10 @@ using LinesCase = std::tuple<Mode, int>;
 
 class LinesRanks : public ::testing::TestWithParam<LinesCase> {};
 
-// 1500 calls of the four kinds (broadcast from every root in turn), sizes
-// from 4 bytes to 2.4 KB, in place on every third; every 40th call one rank sleeps first, so the
-// others run ahead until their reads of its lines hold them.
+// 1500 calls of the six kinds (broadcast and reduce from every root in
+// turn), sizes from 4 bytes to 2.4 KB, in place on every third; every 40th
+// call one rank sleeps first, so the others run ahead until their reads of
+// its lines hold them.
 TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
   auto [mode, n] = GetParam();
   harness::run(
@@ -60,11 +64,12 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
         for (int i = 0; i < 1500; i++) {
           if (i % 40 == 0 && i / 40 % n == r)
             std::this_thread::sleep_for(std::chrono::microseconds(300));
-          int kind = i % 4;
+          int kind = i % 6;
           size_t count = 1 + (size_t)(i * 7919) % 600;
           bool in_place = i % 3 == 1;
-          if (kind == 2) count = 1 + count / n;  // reduce-scatter: per-rank blocks
-          size_t in_n = kind == 2 ? count * n : count, out_n = kind == 1 ? count * n : count;
+          bool blocks_in = kind == 2 || kind == 5, blocks_out = kind == 1 || kind == 5;
+          if (blocks_in) count = 1 + count / n;  // reduce-scatter, all-to-all: per-rank blocks
+          size_t in_n = blocks_in ? count * n : count, out_n = blocks_out ? count * n : count;
           send.assign(std::max(in_n, out_n), 0);
           recv.assign(out_n, -1);
           for (size_t j = 0; j < in_n; j++) send[j] = val(r, i, j);
@@ -72,7 +77,9 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
           const char* what = kind == 0   ? "all-reduce"
                              : kind == 1 ? "all-gather"
                              : kind == 2 ? "reduce-scatter"
-                                         : "broadcast";
+                             : kind == 3 ? "broadcast"
+                             : kind == 4 ? "reduce"
+                                         : "all-to-all";
           if (kind == 0) {
             int32_t* out = in_place ? send.data() : recv.data();
             res = loomAllReduce(send.data(), out, count, loomInt32, loomSum, c.comm, nullptr);
@@ -92,8 +99,30 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
               for (size_t j = 0; j < count; j++)
                 ASSERT_EQ(all[q * count + j], val(q, i, j))
                     << what << " call " << i << " block " << q << " element " << j;
+          } else if (kind == 4) {
+            int root = (i / 6 + 1) % n;
+            int32_t* out = in_place && r == root ? send.data() : recv.data();
+            res = loomReduce(send.data(), out, count, loomInt32, loomSum, root, c.comm, nullptr);
+            ASSERT_EQ(res, loomSuccess) << what << " " << i << ": " << loomGetLastError(c.comm);
+            for (size_t j = 0; r == root && j < count; j++) {
+              int64_t want = 0;
+              for (int q = 0; q < n; q++) want += val(q, i, j);
+              ASSERT_EQ(out[j], want) << what << " call " << i << " element " << j;
+            }
+            // The others' inputs are theirs: a reduce never writes them.
+            for (size_t j = 0; r != root && j < count; j++)
+              ASSERT_EQ(send[j], val(r, i, j)) << what << " call " << i << " element " << j;
+          } else if (kind == 5) {
+            // Block q of rank r's input: val(r, i, q * count + j), for rank q.
+            int32_t* out = in_place ? send.data() : recv.data();
+            res = loomAlltoAll(send.data(), out, count, loomInt32, c.comm, nullptr);
+            ASSERT_EQ(res, loomSuccess) << what << " " << i << ": " << loomGetLastError(c.comm);
+            for (int q = 0; q < n; q++)
+              for (size_t j = 0; j < count; j++)
+                ASSERT_EQ(out[q * count + j], val(q, i, r * count + j))
+                    << what << " call " << i << " block " << q << " element " << j;
           } else if (kind == 3) {
-            int root = i / 4 % n;
+            int root = i / 6 % n;
             int32_t* out = in_place && r == root ? send.data() : recv.data();
             res = loomBroadcast(send.data(), out, count, loomInt32, root, c.comm, nullptr);
             ASSERT_EQ(res, loomSuccess) << what << " " << i << ": " << loomGetLastError(c.comm);
@@ -115,14 +144,15 @@ TEST_P(LinesRanks, ManyCallsOnSkewedRanksAllRight) {
 }
 
 // Runs of broadcasts, where the root runs up to TP_LINES_AREAS - 2 calls
-// ahead of its slowest reader: 1200 calls in runs of 1 to 24 broadcasts
-// (the root moving every call or staying a while), each run closed by an
-// all-reduce or an all-gather, which reuse the areas the broadcasts left
-// behind. In every run one reader sleeps at a random call, so the others
-// go ahead until what they may overwrite holds them. Every element is
-// checked: an area overwritten too early shows as a wrong value, a wait
-// that is never met as the harness's timeout.
-TEST_P(LinesRanks, BroadcastRunsAheadWithoutOverwritingWhatAReaderStillReads) {
+// ahead of its slowest reader, and of reduces, where every rank but the
+// root runs so far ahead of it: 1200 calls in runs of 1 to 24 (the root
+// moving every call or staying a while), each run closed by an all-reduce
+// or an all-gather, which reuse the areas the runs left behind. In every
+// run one rank sleeps at a random call (a broadcast's reader, any rank of a
+// reduce), so the others go ahead until what they may overwrite holds them.
+// Every element is checked: an area overwritten too early shows as a wrong
+// value, a wait that is never met as the harness's timeout.
+TEST_P(LinesRanks, RootedRunsGoAheadWithoutOverwritingWhatAPeerStillReads) {
   auto [mode, n] = GetParam();
   harness::run(
       n, mode,
@@ -137,11 +167,30 @@ TEST_P(LinesRanks, BroadcastRunsAheadWithoutOverwritingWhatAReaderStillReads) {
         for (int i = 0; i < 1200;) {
           int run = 1 + (int)(next() % 24), stay = (int)(next() % 2), root0 = (int)(next() % n);
           int sleeper = (int)(next() % n), sleep_at = (int)(next() % run);
+          bool reduces = next() % 3 == 0;
           for (int k = 0; k < run; k++, i++) {
             int root = stay ? root0 : (root0 + k) % n;
             size_t count = 1 + (size_t)(next() % 700);
-            if (r == sleeper && r != root && k == sleep_at)
+            if (r == sleeper && (reduces || r != root) && k == sleep_at)
               std::this_thread::sleep_for(std::chrono::microseconds(500));
+            if (reduces) {
+              buf.assign(count, 0);
+              for (size_t j = 0; j < count; j++) buf[j] = val(r, i, j);
+              ASSERT_EQ(loomReduce(buf.data(), buf.data(), count, loomInt32, loomSum, root, c.comm,
+                                   nullptr),
+                        loomSuccess)
+                  << "reduce " << i << ": " << loomGetLastError(c.comm);
+              for (size_t j = 0; j < count; j++) {
+                int64_t want = val(r, i, j);
+                if (r == root) {
+                  want = 0;
+                  for (int q = 0; q < n; q++) want += val(q, i, j);
+                }
+                ASSERT_EQ(buf[j], want)
+                    << "reduce call " << i << " (root " << root << ") element " << j;
+              }
+              continue;
+            }
             buf.assign(count, -1);
             if (r == root)
               for (size_t j = 0; j < count; j++) buf[j] = val(root, i, j);
@@ -237,8 +286,8 @@ std::string read_file(const std::string& path) {
 }
 
 // What each rank's flight record says ran: LOOM_ALGO asks for lines, which
-// serve the 8-byte all-reduce and not the 64 KiB one (past what the lines
-// hold: the tuner's choice instead).
+// serve the 8-byte all-reduce, a small reduce and all-to-all, and not the
+// 64 KiB all-reduce (past what the lines hold: the tuner's choice instead).
 TEST(LinesRecord, LinesRunWhereTheyFitAndNowhereElse) {
   // The ranks run this test body again in processes of their own: only the
   // parent makes the directory, which they find in LOOM_DUMP_DIR.
@@ -261,6 +310,14 @@ TEST(LinesRecord, LinesRunWhereTheyFitAndNowhereElse) {
                                      c.comm, nullptr));
         EXPECT_EQ(small[0], 2.0);
         EXPECT_EQ(big[8191], 2.0);
+        // A reduce of 3 and an all-to-all of 5 a rank fit the lines too.
+        std::vector<double> red(3, 1.0), a2a(10, c.rank), got(10, -1.0);
+        ASSERT_LOOM_OK(
+            loomReduce(red.data(), red.data(), 3, loomFloat64, loomSum, 1, c.comm, nullptr));
+        ASSERT_LOOM_OK(loomAlltoAll(a2a.data(), got.data(), 5, loomFloat64, c.comm, nullptr));
+        EXPECT_EQ(red[2], c.rank == 1 ? 2.0 : 1.0);
+        EXPECT_EQ(got[0], 0.0);
+        EXPECT_EQ(got[9], 1.0);
         raise(SIGUSR1);
         // The record is written by the library's thread: wait for it.
         std::string text;
@@ -279,6 +336,8 @@ TEST(LinesRecord, LinesRunWhereTheyFitAndNowhereElse) {
         ASSERT_NE(text.find("\"t_end_ns\""), std::string::npos) << "no flight record in " << d;
         EXPECT_NE(text.find("\"algo\": \"lines\", \"count\": 1,"), std::string::npos) << text;
         EXPECT_EQ(text.find("\"algo\": \"lines\", \"count\": 8192,"), std::string::npos) << text;
+        EXPECT_NE(text.find("\"algo\": \"lines\", \"count\": 3,"), std::string::npos) << text;
+        EXPECT_NE(text.find("\"algo\": \"lines\", \"count\": 5,"), std::string::npos) << text;
         EXPECT_NE(text.find("\"count\": 8192,"), std::string::npos) << text;
       },
       o);

@@ -1,4 +1,5 @@
-// Plans with low-latency lines (collectives/lines.c): every rank count from
+// Plans with low-latency lines (collectives/lines.c: all-reduce, all-gather,
+// reduce-scatter, broadcast, reduce, all-to-all): every rank count from
 // 1 to 64 and every root, proven by the symbolic checker out of place and in
 // place; and
 // checker cases that show each rule about lines catches a broken plan.
@@ -31,6 +32,8 @@ const Algo kAlgos[] = {
     {"lines all-gather", lines_allgather_build, CHECK_ALLGATHER, true, false, false},
     {"lines reduce-scatter", lines_reducescatter_build, CHECK_REDUCESCATTER, true, true, false},
     {"lines broadcast", lines_broadcast_build, CHECK_BROADCAST, false, false, true},
+    {"lines reduce", lines_reduce_build, CHECK_REDUCE, false, true, true},
+    {"lines all-to-all", lines_alltoall_build, CHECK_ALLTOALL, true, false, false},
 };
 
 struct Case {
@@ -193,6 +196,60 @@ TEST(LinesChecker, BroadcastRanksSeeEveryOtherRanksPut) {
   });
   EXPECT_NE(why.find("rank 0 never reads rank 2's lines nor sees its put"), std::string::npos)
       << why;
+}
+
+// Reduce: the root folds every rank's lines in rank order; the others
+// read nothing and see every other rank's put, the root's included. One
+// that skips the root could run K - 1 calls ahead of it and overwrite
+// lines the root still folds: the checker refuses it.
+TEST(LinesChecker, ReduceNonRootsSeeEveryOtherRanksPut) {
+  EXPECT_EQ(
+      Check(kAlgos[4], {3, 5, false, false, 1},
+            [](std::vector<plan>& p) {
+              for (int r = 0; r < 3; r++) {
+                std::vector<int> seen, read;
+                for (uint32_t o = 0; o < p[r].nops; o++) {
+                  if (p[r].ops[o].kind == OP_LINES_SEEN) seen.push_back(p[r].ops[o].peer);
+                  if (p[r].ops[o].kind == OP_LINES_COPY || p[r].ops[o].kind == OP_LINES_REDUCE)
+                    read.push_back(p[r].ops[o].peer);
+                }
+                EXPECT_EQ(read, r == 1 ? std::vector<int>({0, 1, 2}) : std::vector<int>())
+                    << "rank " << r;
+                std::vector<int> want = r == 1   ? std::vector<int>()
+                                        : r == 0 ? std::vector<int>({1, 2})
+                                                 : std::vector<int>({0, 1});
+                EXPECT_EQ(seen, want) << "rank " << r;
+              }
+            }),
+      "");
+  std::string why = Check(kAlgos[4], {3, 5, false, false, 1}, [](std::vector<plan>& p) {
+    plan& q = p[2];  // a non-root: its wait for the root's put waits for rank 0's again
+    for (uint32_t o = 0; o < q.nops; o++)
+      if (q.ops[o].kind == OP_LINES_SEEN && q.ops[o].peer == 1) q.ops[o].peer = 0;
+  });
+  EXPECT_NE(why.find("rank 2 never reads rank 1's lines nor sees its put"), std::string::npos)
+      << why;
+}
+
+// All-to-all: one put of the whole input, then block r of every other
+// rank's lines; reading a block from the wrong offset is wrong data.
+TEST(LinesChecker, AllToAllReadsItsOwnBlockOfEachPeer) {
+  EXPECT_EQ(Check(kAlgos[5], {3, 4, false, false, 0},
+                  [](std::vector<plan>& p) {
+                    for (int r = 0; r < 3; r++) {
+                      EXPECT_EQ(p[r].lines_count, 12u);
+                      for (uint32_t o = 0; o < p[r].nops; o++) {
+                        if (p[r].ops[o].kind == OP_LINES_COPY) {
+                          EXPECT_EQ(p[r].ops[o].src.off, size_t(4 * r)) << "rank " << r;
+                        }
+                      }
+                    }
+                  }),
+            "");
+  std::string why = Check(kAlgos[5], {3, 4, false, false, 0}, [](std::vector<plan>& p) {
+    p[0].ops[FirstOp(p[0], OP_LINES_COPY)].src.off = 4;
+  });
+  EXPECT_NE(why, "");
 }
 
 // A rank's put is what tells the others it finished its last call: a

@@ -123,7 +123,8 @@ TEST(Tune, TheNetworkCostsMoreThanSharedMemory) {
 // Lines: the few bytes of every rank at once, one hand-off instead of a
 // step per exchange, up to what the lines hold, on one host only.
 TEST(Tune, LinesForSmallMessagesOnOneHost) {
-  for (tune_coll c : {TUNE_ALLREDUCE, TUNE_ALLGATHER, TUNE_REDUCESCATTER, TUNE_BROADCAST})
+  for (tune_coll c : {TUNE_ALLREDUCE, TUNE_ALLGATHER, TUNE_REDUCESCATTER, TUNE_BROADCAST,
+                      TUNE_REDUCE, TUNE_ALLTOALL})
     for (int n : {2, 4, 8}) {
       EXPECT_EQ(tune_pick_model(&kConsts, c, n, 64, 256 << 10, kAll), TUNE_LINES)
           << tune_coll_name(c) << " " << n;
@@ -131,7 +132,8 @@ TEST(Tune, LinesForSmallMessagesOnOneHost) {
       EXPECT_LT(tune_predict_us(&kConsts, c, TUNE_LINES, n, over, 256 << 10), 0)
           << tune_coll_name(c) << " " << n;
     }
-  EXPECT_LT(tune_predict_us(&kConsts, TUNE_REDUCE, TUNE_LINES, 2, 64, 256 << 10), 0);
+  // Gather and scatter have no lines plan.
+  EXPECT_LT(tune_predict_us(&kConsts, TUNE_GATHER, TUNE_LINES, 2, 64, 256 << 10), 0);
   tune_consts two = TwoByTwo();
   EXPECT_LT(tune_predict_us(&two, TUNE_ALLREDUCE, TUNE_LINES, 4, 64, 256 << 10), 0);
 }
