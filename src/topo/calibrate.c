@@ -17,6 +17,7 @@
 #include "core/params.h"
 #include "core/util.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_lines.h"
 #include "topo/topo.h"
 #include "topo/tune.h"
 
@@ -333,9 +334,138 @@ static double step_us_measure(void) {
   return 4 * half_rt[done / 2] + 1.0;
 }
 
+/* Low-latency lines: two threads each put n bytes into their lines and read
+ * the other's, call after call (two areas each, in turn: a thread puts call
+ * i + 2 only after it read the other's call i + 1, which the other put after
+ * reading call i), with the transport's own code; the same exchange of 64
+ * bytes through a FIFO of two slots (copy in, head; copy out, tail: what a
+ * step of a FIFO plan does) for comparison. The median of batches' time a
+ * call. The rate is what the extra bytes of 8 KiB cost; the step fraction
+ * is the lines' call at 64 bytes over the FIFO's, which scales the model's
+ * step (a step of a plan costs more than this bare exchange, but the same
+ * for both). Zeros when it cannot be measured (one CPU: the pair would hand
+ * the core over every call, which is the step's cost, not the lines'). */
+#define CAL_LINES_BIG (8u << 10)
+#define CAL_LINES_SMALL 64u
+struct cal_lines {
+  _Atomic uint64_t* area[2][2]; /* [thread][area] */
+  char* slot[2][2];             /* the FIFO's: [thread][slot] */
+  _Alignas(64) _Atomic uint64_t head[2]; /* calls thread i put in its FIFO */
+  _Alignas(64) _Atomic uint64_t tail[2]; /* calls of thread i's FIFO read */
+  char* src[2];
+  char* dst[2];
+  uint64_t seq; /* of the first call of a run */
+  size_t bytes;
+  int calls;
+  int fifo; /* this run goes through the FIFO */
+  pthread_barrier_t bar;
+};
+
+static void cal_lines_side(struct cal_lines* cl, int me) {
+  for (int i = 0; i < cl->calls; i++) {
+    int idle = 0; /* polls since the last wait was met */
+    uint64_t seq = cl->seq + (uint64_t)i;
+    if (cl->fifo) {
+      while (seq - atomic_load_explicit(&cl->tail[me], memory_order_acquire) > 2)
+        poll_pause(&idle, 1);
+      idle = 0;
+      memcpy(cl->slot[me][seq % 2], cl->src[me], cl->bytes);
+      atomic_store_explicit(&cl->head[me], seq, memory_order_release);
+      while (atomic_load_explicit(&cl->head[1 - me], memory_order_acquire) < seq)
+        poll_pause(&idle, 1);
+      memcpy(cl->dst[me], cl->slot[1 - me][seq % 2], cl->bytes);
+      atomic_store_explicit(&cl->tail[1 - me], seq, memory_order_release);
+      continue;
+    }
+    cpu_lines_put(cl->area[me][seq % 2], seq, 0, cl->src[me], cl->bytes);
+    size_t checked = 0;
+    while (!cpu_lines_ready(cl->area[1 - me][seq % 2], seq, 0, cl->bytes, &checked))
+      poll_pause(&idle, 1);
+    cpu_lines_get(cl->area[1 - me][seq % 2], 0, cl->dst[me], cl->bytes);
+  }
+}
+
+static void* cal_lines_peer(void* arg) {
+  struct cal_lines* cl = arg;
+  for (;;) {
+    pthread_barrier_wait(&cl->bar);
+    if (cl->calls == 0) return NULL;
+    cal_lines_side(cl, 1);
+    pthread_barrier_wait(&cl->bar);
+  }
+}
+
+/* Microseconds a call at bytes: the median of batches (a preempted batch
+ * is slower, never faster). */
+static double cal_lines_call_us(struct cal_lines* cl, size_t bytes, int fifo) {
+  enum { BATCHES = 15, CALLS = 40 };
+  double us[BATCHES];
+  for (int b = 0; b < BATCHES; b++) {
+    cl->bytes = bytes;
+    cl->calls = CALLS;
+    cl->fifo = fifo;
+    pthread_barrier_wait(&cl->bar);
+    uint64_t t0 = time_now_ns();
+    cal_lines_side(cl, 0);
+    pthread_barrier_wait(&cl->bar);
+    us[b] = (double)(time_now_ns() - t0) / 1e3 / CALLS;
+    cl->seq += CALLS;
+  }
+  qsort(us, BATCHES, sizeof(us[0]), cmp_double);
+  return us[BATCHES / 2];
+}
+
+static void lines_measure(struct tune_consts* out) {
+  out->lines_gbps = out->lines_step = 0;
+  if (cpus_online() < 2) return;
+  size_t words = CPU_LINES_WORDS(CAL_LINES_BIG);
+  struct cal_lines* cl = aligned_alloc(64, sizeof(*cl));
+  int ok = cl != NULL;
+  if (cl) memset(cl, 0, sizeof(*cl));
+  for (int t = 0; ok && t < 2; t++) {
+    for (int a = 0; a < 2; a++) {
+      cl->area[t][a] = aligned_alloc(64, words * sizeof(uint64_t));
+      cl->slot[t][a] = aligned_alloc(64, CAL_LINES_SMALL);
+      if (cl->area[t][a]) memset(cl->area[t][a], 0, words * sizeof(uint64_t));
+    }
+    cl->src[t] = malloc(CAL_LINES_BIG);
+    cl->dst[t] = malloc(CAL_LINES_BIG);
+    ok = cl->area[t][0] && cl->area[t][1] && cl->slot[t][0] && cl->slot[t][1] && cl->src[t] &&
+         cl->dst[t];
+    if (ok) memset(cl->src[t], 1 + t, CAL_LINES_BIG);
+  }
+  pthread_t th;
+  if (ok && pthread_barrier_init(&cl->bar, NULL, 2) == 0) {
+    if (pthread_create(&th, NULL, cal_lines_peer, cl) == 0) {
+      cl->seq = 1;
+      double fifo = cal_lines_call_us(cl, CAL_LINES_SMALL, 1);
+      double small = cal_lines_call_us(cl, CAL_LINES_SMALL, 0);
+      double big = cal_lines_call_us(cl, CAL_LINES_BIG, 0);
+      cl->calls = 0;
+      pthread_barrier_wait(&cl->bar);
+      pthread_join(th, NULL);
+      if (big > small && fifo > 0) {
+        out->lines_gbps = (double)(CAL_LINES_BIG - CAL_LINES_SMALL) / (big - small) / 1e3;
+        out->lines_step = small / fifo;
+      }
+    }
+    pthread_barrier_destroy(&cl->bar);
+  }
+  for (int t = 0; cl && t < 2; t++) {
+    for (int a = 0; a < 2; a++) {
+      free(cl->area[t][a]);
+      free(cl->slot[t][a]);
+    }
+    free(cl->src[t]);
+    free(cl->dst[t]);
+  }
+  free(cl);
+}
+
 void tune_calibrate(struct tune_consts* out) {
   out->ncpus = cpus_online(); /* the machine measured; a topology file overrides (consts_init) */
   out->step_us = step_us_measure();
+  lines_measure(out);
   out->copy_gbps = 4.0;
   out->reduce_gbps = 4.0;
   out->cma_gbps = 0;
@@ -383,6 +513,8 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
     if (strcmp(key, "ncpus") == 0) k->ncpus = v >= 1 && v <= 1e6 ? (int)v : 0, seen |= 8;
     if (strcmp(key, "cma_gbps") == 0) k->cma_gbps = v, seen |= 16; /* 0: not allowed here */
     if (strcmp(key, "cma_us") == 0) k->cma_us = v;
+    if (strcmp(key, "lines_gbps") == 0) k->lines_gbps = v >= 0 && v < 1e6 ? v : 0, seen |= 32;
+    if (strcmp(key, "lines_step") == 0) k->lines_step = v >= 0 && v <= 4 ? v : 0, seen |= 64;
     if (strcmp(key, "net_gbps") == 0 && v > 0) k->net_gbps = v;
     if (strcmp(key, "net_us") == 0 && v > 0) k->net_us = v;
     double* e = table_entry(k, key);
@@ -394,10 +526,13 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
   }
   fclose(f);
   if (!(seen & 16)) k->cma_gbps = cache ? -1 : 2 * k->copy_gbps;
-  int ok = (seen | 16) == 31 && k->cma_gbps >= 0 && k->step_us > 0 && k->copy_gbps > 0 &&
+  if (!(seen & 32)) k->lines_gbps = 0;
+  if (!(seen & 64)) k->lines_step = 0;
+  int ok = (seen | 16 | 32 | 64) == 127 && k->cma_gbps >= 0 && k->step_us > 0 && k->copy_gbps > 0 &&
            k->reduce_gbps > 0 && k->ncpus > 0 && !bad;
-  /* A cache from before the tables (or before cma_reduce_gbps@) is measured again. */
-  if (cache && entries < CAL_KINDS * TUNE_CAL_POINTS) ok = 0;
+  /* A cache from before the tables (or before cma_reduce_gbps@, or the lines' figures) is
+   * measured again. */
+  if (cache && (entries < CAL_KINDS * TUNE_CAL_POINTS || (seen & 96) != 96)) ok = 0;
   return ok ? 0 : -1;
 }
 
@@ -453,8 +588,10 @@ static void consts_save(struct tune_consts* k) {
   FILE* f = fopen(tmp, "w");
   if (!f) return;
   fprintf(f,
-          "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n",
-          k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us);
+          "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n"
+          "lines_gbps %.3f\nlines_step %.3f\n",
+          k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us,
+          k->lines_gbps, k->lines_step);
   double* tables[CAL_KINDS];
   tables_of(k, tables);
   for (int p = 0; p < TUNE_CAL_POINTS; p++)

@@ -257,27 +257,29 @@ static double read_us(const struct tune_consts* k, enum tune_coll coll, int n, d
   }
 }
 
-/* TUNE_LINES: every rank writes what it puts into its lines (two bytes of
- * line per byte of data), then reads every rank's, its own included, each
- * as soon as it is there: one hand-off between cores (a quarter of the
- * step, less its fixed part: calibrate.c) instead of a step per exchange,
- * then the bytes. Only up to TUNE_LINES_BYTES. */
+/* TUNE_LINES: every rank puts what its peers need into its lines, then
+ * reads every rank's, its own included, each as soon as it is there: one
+ * exchange instead of a step per exchange (the calibrated fraction of a
+ * step), then the bytes at the calibrated rate of the lines (a put and a
+ * peer's read of the same bytes, half each). Only up to TUNE_LINES_BYTES. */
 static double lines_us(const struct tune_consts* k, enum tune_coll coll, int n, double S) {
-  double B = copy_bw(k, S), R = reduce_bw(k, S), hop = fmax(k->step_us - 1, 0.05) / 4;
-  double put = coll == TUNE_ALLGATHER ? S / n : S;
+  double L = k->lines_gbps > 0 ? k->lines_gbps * 1e3 : copy_bw(k, S) / 4;
+  double R = reduce_bw(k, S);
+  double hop = k->lines_step > 0 ? k->lines_step * k->step_us : fmax(k->step_us - 1, 0.05) / 4;
+  double put = coll == TUNE_ALLGATHER ? S / n : S, half = 2 * L, B = copy_bw(k, S);
   if (put > TUNE_LINES_BYTES) return -1;
   switch (coll) {
     case TUNE_ALLREDUCE:
     case TUNE_REDUCE: /* the root's part: the others run ahead */
-      return hop + 2 * put / B + n * 2 * put / B + (n - 1) * put / R;
-    case TUNE_ALLTOALL: /* the whole input in, a block from each rank out */
-      return hop + 2 * put / B + 2 * put / B;
-    case TUNE_ALLGATHER:
-      return hop + 2 * put / B + n * 2 * put / B;
+      return hop + put / half + n * put / half + (n - 1) * put / R;
+    case TUNE_ALLGATHER: /* its own block copied, the others' read */
+      return hop + put / half + (n - 1) * put / half + put / B;
     case TUNE_REDUCESCATTER:
-      return hop + 2 * put / B + 2 * put / B + (double)(n - 1) / n * put / R;
+      return hop + put / half + put / half + (double)(n - 1) / n * put / R;
+    case TUNE_ALLTOALL: /* the whole input in, a block from each other rank out */
+      return hop + put / half + (double)(n - 1) / n * put / half + put / n / B;
     case TUNE_BROADCAST: /* the root runs ahead: no hand-off back to it */
-      return hop + 2 * put / B + 2 * put / B;
+      return hop + put / half + put / half;
     default:
       return -1;
   }

@@ -63,6 +63,14 @@ struct tune_consts {
   int ncpus;          /* ranks beyond this share cores */
   double cma_gbps;    /* reading another process's memory by process_vm_readv, GB/s (16 MiB) */
   double cma_us;      /* ... and the cost of one such call (a system call) */
+  /* Low-latency lines (TUNE_LINES), measured by two threads with the
+   * transport's own code (calibrate.c): GB/s of data one rank puts into its
+   * lines and reads from a peer's at once, and what a call of a few bytes
+   * costs as a fraction of the same exchange through a FIFO, which scales
+   * the step. 0 (a tuning file without them): a quarter of the copy
+   * bandwidth, and a quarter of the step less its fixed part. */
+  double lines_gbps;
+  double lines_step;
   /* Direct plans' read bandwidth for one communicator: plain loads for
    * thread ranks (twice copy_gbps: one copy, not two; at other sizes it
    * scales as the copy does); 0 between processes: cross-memory attach
@@ -104,8 +112,8 @@ const struct tune_consts* tune_consts_get(void);
  * cma_reduce_gbps@<bytes> at the points'
  * sizes. cache: every line a calibration writes must be there (an older cache lacks some and
  * is measured again); a tuning file may leave out cma_gbps (direct plans are then costed
- * with the copy bandwidth) and the tables (the single figures serve every size). 0, or -1
- * when the file is missing, short or out of range. */
+ * with the copy bandwidth), lines_gbps and the tables (the single figures serve every
+ * size). 0, or -1 when the file is missing, short or out of range. */
 int tune_consts_read(const char* path, struct tune_consts* k, int cache);
 /* Measures the constants now (for loom_info and tests). */
 void tune_calibrate(struct tune_consts* out);

@@ -17,13 +17,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/cpu_lines.h"
 #include "transport/peer.h"
 #include "transport/shmfile.h"
 #include "transport/transport.h"
 
-#define RANK_SEG_MAGIC 0x4c4d52414e4b3034ULL /* "LMRANK04" */
-/* Words of one area of lines (lines.c): 4 bytes of data each. */
-#define RANK_SEG_LINE_WORDS (TP_LINES_BYTES / 4)
+#define RANK_SEG_MAGIC 0x4c4d52414e4b3035ULL /* "LMRANK05" */
+/* Words of one area of lines (lines.c; the format is cpu_lines.h's). */
+#define RANK_SEG_LINE_WORDS CPU_LINES_WORDS(TP_LINES_BYTES)
 
 struct rank_seg {
   _Atomic uint64_t magic; /* written last by its owner */

@@ -405,13 +405,10 @@ int tp_lines_ok(struct loom_comm* comm) {
          (tp_transport_allowed("shm") || tp_transport_allowed("local"));
 }
 
-/* Numbers go round the areas in turn (seq % TP_LINES_AREAS); the low 32
- * bits, which the words carry, are never 0, what fresh memory holds: a
- * whole round of numbers is skipped there. */
+/* Numbers go round the areas in turn (seq % TP_LINES_AREAS) and start at 1:
+ * never 0, what fresh memory holds. */
 uint64_t tp_lines_next(struct loom_comm* comm) {
-  uint64_t next = ++comm->tp->lines_calls;
-  if ((uint32_t)next == 0) next = comm->tp->lines_calls += TP_LINES_AREAS;
-  return next;
+  return ++comm->tp->lines_calls;
 }
 
 struct peer_state** tp_peer_state_slot(struct loom_comm* comm) {

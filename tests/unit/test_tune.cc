@@ -12,8 +12,8 @@ extern "C" {
 
 namespace {
 
-const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 0.0, 0.0, 0.0,
-                             0.0, 0,   0,    0, 0,   {},  {},  {},  {}};
+const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 1.25, 0.125, 0.0,
+                             0.0, 0.0, 0.0, 0, 0, 0,   0,   {},   {},    {}, {}};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
 // The families that pass messages through FIFOs (no direct reads, no lines).
 const unsigned kFifo =
@@ -136,6 +136,41 @@ TEST(Tune, LinesForSmallMessagesOnOneHost) {
   EXPECT_LT(tune_predict_us(&kConsts, TUNE_GATHER, TUNE_LINES, 2, 64, 256 << 10), 0);
   tune_consts two = TwoByTwo();
   EXPECT_LT(tune_predict_us(&two, TUNE_ALLREDUCE, TUNE_LINES, 4, 64, 256 << 10), 0);
+}
+
+// The bytes through lines cost their own calibrated rate (calibrate.c times
+// the transport's code between two threads), not the FIFO's copy: where
+// lines are slow, the FIFO plans take over from fewer bytes; every size
+// that lines serve costs more with them slower.
+TEST(Tune, LinesCostTheirCalibratedRate) {
+  tune_consts fast = kConsts, slow = kConsts;
+  fast.lines_gbps = 20;
+  slow.lines_gbps = 0.5;
+  for (tune_coll c : {TUNE_ALLREDUCE, TUNE_REDUCE, TUNE_ALLTOALL, TUNE_BROADCAST}) {
+    EXPECT_EQ(tune_pick_model(&fast, c, 2, 4096, 256 << 10, kAll), TUNE_LINES)
+        << tune_coll_name(c);
+    EXPECT_NE(tune_pick_model(&slow, c, 2, 4096, 256 << 10, kAll), TUNE_LINES)
+        << tune_coll_name(c);
+    EXPECT_EQ(tune_pick_model(&slow, c, 2, 8, 256 << 10, kAll), TUNE_LINES) << tune_coll_name(c);
+    for (size_t bytes = 8; bytes <= TUNE_LINES_BYTES; bytes *= 2)
+      EXPECT_GT(tune_predict_us(&slow, c, TUNE_LINES, 2, bytes, 256 << 10),
+                tune_predict_us(&fast, c, TUNE_LINES, 2, bytes, 256 << 10))
+          << tune_coll_name(c) << " " << bytes;
+  }
+  // A tuning file without the figures: a quarter of the copy bandwidth, a
+  // quarter of the step less its fixed part.
+  tune_consts none = kConsts, quarter = kConsts;
+  none.lines_gbps = none.lines_step = 0;
+  quarter.lines_gbps = kConsts.copy_gbps / 4;
+  quarter.lines_step = (kConsts.step_us - 1) / 4 / kConsts.step_us;
+  EXPECT_DOUBLE_EQ(tune_predict_us(&none, TUNE_ALLREDUCE, TUNE_LINES, 4, 1024, 256 << 10),
+                   tune_predict_us(&quarter, TUNE_ALLREDUCE, TUNE_LINES, 4, 1024, 256 << 10));
+  // A lines call that costs as much as a FIFO's exchange makes lines lose
+  // to the one-step plans even at 8 bytes; a cheap one wins there.
+  tune_consts dear = kConsts;
+  dear.lines_step = 1.5;
+  EXPECT_NE(tune_pick_model(&dear, TUNE_ALLREDUCE, 2, 8, 256 << 10, kAll), TUNE_LINES);
+  EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLREDUCE, 2, 8, 256 << 10, kAll), TUNE_LINES);
 }
 
 TEST(Tune, HierarchicalAllReduceAcrossHosts) {
@@ -340,8 +375,19 @@ TEST(Tune, TablesInFiles) {
   EXPECT_EQ(k.cma_reduce_at[2], 0);
   for (int p = 0; p < TUNE_CAL_POINTS; p++)
     full += "cma_reduce_gbps@" + std::to_string(tune_cal_bytes(p)) + " 2.5\n";
+  write(full);  // a cache from before lines_gbps: measure again; a tuning file may leave it out
+  EXPECT_EQ(tune_consts_read(path, &k, 1), -1);
+  k.lines_gbps = 9;
+  ASSERT_EQ(tune_consts_read(path, &k, 0), 0);
+  EXPECT_EQ(k.lines_gbps, 0);  // the model's stand-in: a quarter of the copy bandwidth
+  full += "lines_gbps 2.75\n";
+  write(full);
+  EXPECT_EQ(tune_consts_read(path, &k, 1), -1);  // lines_step too
+  full += "lines_step 0.5\n";
   write(full);
   ASSERT_EQ(tune_consts_read(path, &k, 1), 0);
+  EXPECT_EQ(k.lines_gbps, 2.75);
+  EXPECT_EQ(k.lines_step, 0.5);
   for (int p = 0; p < TUNE_CAL_POINTS; p++) EXPECT_EQ(k.copy_at[p], 10 + p);
   for (int p = 0; p < TUNE_CAL_POINTS; p++) EXPECT_EQ(k.cma_reduce_at[p], 2.5);
   write(base + "copy_gbps@1048576 7\nreduce_gbps@99 3\n");  // 99 is no point: ignored
