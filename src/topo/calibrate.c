@@ -348,8 +348,8 @@ static double step_us_measure(void) {
 #define CAL_LINES_BIG (8u << 10)
 #define CAL_LINES_SMALL 64u
 struct cal_lines {
-  _Atomic uint64_t* area[2][2]; /* [thread][area] */
-  char* slot[2][2];             /* the FIFO's: [thread][slot] */
+  _Atomic uint64_t* area[2][2];          /* [thread][area] */
+  char* slot[2][2];                      /* the FIFO's: [thread][slot] */
   _Alignas(64) _Atomic uint64_t head[2]; /* calls thread i put in its FIFO */
   _Alignas(64) _Atomic uint64_t tail[2]; /* calls of thread i's FIFO read */
   char* src[2];
@@ -590,8 +590,8 @@ static void consts_save(struct tune_consts* k) {
   fprintf(f,
           "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n"
           "lines_gbps %.3f\nlines_step %.3f\n",
-          k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us,
-          k->lines_gbps, k->lines_step);
+          k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us, k->lines_gbps,
+          k->lines_step);
   double* tables[CAL_KINDS];
   tables_of(k, tables);
   for (int p = 0; p < TUNE_CAL_POINTS; p++)

@@ -12,6 +12,7 @@
 
 extern "C" {
 #include "collectives/plan.h"
+int lines_probe_roundtrip(size_t off, size_t bytes, uint64_t seq, char* why, size_t len);
 }
 
 namespace {
@@ -296,6 +297,20 @@ TEST(LinesChecker, CatchesLinesBesideASync) {
     }
   });
   EXPECT_NE(why.find("also sends, receives or syncs"), std::string::npos) << why;
+}
+
+// The lines' format (kernels/cpu/cpu_lines.c): puts at every offset a
+// plan can use (multiples of 1 to 8 bytes, across line edges), of every
+// length to a few lines, read back whole and in pieces; a put makes its
+// lines ready and no line after them, whatever number they held before
+// (the number of the call 16 back, or 1 below: the first call's).
+TEST(LinesFormat, PutsReadBackAtEveryOffsetAndLength) {
+  for (uint64_t seq : {uint64_t(1), uint64_t(17), uint64_t(1) << 40})
+    for (size_t off = 0; off <= 3 * 56; off += 4)
+      for (size_t bytes : {0, 1, 2, 3, 4, 7, 8, 52, 55, 56, 57, 111, 112, 113, 600, 4096}) {
+        char why[256] = "";
+        ASSERT_EQ(lines_probe_roundtrip(off, bytes, seq, why, sizeof(why)), 0) << why;
+      }
 }
 
 }  // namespace

@@ -12,8 +12,8 @@ extern "C" {
 
 namespace {
 
-const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 1.25, 0.125, 0.0,
-                             0.0, 0.0, 0.0, 0, 0, 0,   0,   {},   {},    {}, {}};
+const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 1.25, 0.125, 0.0, 0.0,
+                             0.0, 0.0, 0,    0, 0,   0,   {},   {},    {},  {}};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
 // The families that pass messages through FIFOs (no direct reads, no lines).
 const unsigned kFifo =
@@ -147,10 +147,8 @@ TEST(Tune, LinesCostTheirCalibratedRate) {
   fast.lines_gbps = 20;
   slow.lines_gbps = 0.5;
   for (tune_coll c : {TUNE_ALLREDUCE, TUNE_REDUCE, TUNE_ALLTOALL, TUNE_BROADCAST}) {
-    EXPECT_EQ(tune_pick_model(&fast, c, 2, 4096, 256 << 10, kAll), TUNE_LINES)
-        << tune_coll_name(c);
-    EXPECT_NE(tune_pick_model(&slow, c, 2, 4096, 256 << 10, kAll), TUNE_LINES)
-        << tune_coll_name(c);
+    EXPECT_EQ(tune_pick_model(&fast, c, 2, 4096, 256 << 10, kAll), TUNE_LINES) << tune_coll_name(c);
+    EXPECT_NE(tune_pick_model(&slow, c, 2, 4096, 256 << 10, kAll), TUNE_LINES) << tune_coll_name(c);
     EXPECT_EQ(tune_pick_model(&slow, c, 2, 8, 256 << 10, kAll), TUNE_LINES) << tune_coll_name(c);
     for (size_t bytes = 8; bytes <= TUNE_LINES_BYTES; bytes *= 2)
       EXPECT_GT(tune_predict_us(&slow, c, TUNE_LINES, 2, bytes, 256 << 10),

@@ -23,8 +23,7 @@ extern "C" {
 /* Writes bytes of src at data offset off of area under number seq (never
  * 0): every line that holds any of them, whole (the rest of an edge line
  * zero: one put a call fills a range). */
-void cpu_lines_put(_Atomic uint64_t* area, uint64_t seq, size_t off, const void* src,
-                   size_t bytes);
+void cpu_lines_put(_Atomic uint64_t* area, uint64_t seq, size_t off, const void* src, size_t bytes);
 /* 1 when every line that holds data bytes [off, off + bytes) of area
  * carries seq; else 0. *checked keeps how many lines earlier tries found
  * there (0 on the first). Never blocks. */
