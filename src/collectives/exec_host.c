@@ -468,11 +468,6 @@ static loomResult_t exec_post_step(struct exec* e) {
   return loomSuccess;
 }
 
-/* dst = a piece of a peer's lines, for OP_LINES_COPY. */
-static void exec_lines_copy(void* arg, size_t at, const void* data, size_t n) {
-  memcpy((char*)arg + at, data, n);
-}
-
 /* 1 once the step's read of a peer's lines is done (or its put seen). */
 static int exec_lines_take(struct exec* e) {
   const struct plan_op* op = &e->plan->ops[e->lines_op];
@@ -480,8 +475,7 @@ static int exec_lines_take(struct exec* e) {
   char* dst = ref_ptr(e, op->dst);
   size_t at = op->src.off * e->esize, bytes = op->count * e->esize;
   if (op->kind == OP_LINES_COPY)
-    return tp_lines_read(e->comm, op->peer, e->lines_seq, at, bytes, e->esize, &e->lines_checked,
-                         exec_lines_copy, dst);
+    return tp_lines_copy(e->comm, op->peer, e->lines_seq, at, bytes, dst, &e->lines_checked);
   struct peer_reduce pr = {e, dst};
   return tp_lines_read(e->comm, op->peer, e->lines_seq, at, bytes, e->esize, &e->lines_checked,
                        exec_peer_reduce, &pr);

@@ -42,6 +42,14 @@ void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* 
     if (p != comm->rank) bell_nudge(tp_peer_bell(comm, p));
 }
 
+int tp_lines_copy(struct loom_comm* comm, int peer, uint64_t seq, size_t off, size_t bytes,
+                  void* dst, size_t* checked) {
+  const _Atomic uint64_t* w = area(tp_rank_seg(comm, peer), seq);
+  if (!cpu_lines_ready(w, seq, off, bytes, checked)) return 0;
+  cpu_lines_get(w, off, dst, bytes);
+  return 1;
+}
+
 int tp_lines_read(struct loom_comm* comm, int peer, uint64_t seq, size_t off, size_t bytes,
                   size_t unit, size_t* checked, tp_peer_use_fn use, void* arg) {
   const _Atomic uint64_t* w = area(tp_rank_seg(comm, peer), seq);

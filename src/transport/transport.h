@@ -310,6 +310,9 @@ void tp_lines_put(struct loom_comm* comm, uint64_t seq, size_t off, const void* 
  * tries found the words there (0 on the first try). Never blocks. */
 int tp_lines_read(struct loom_comm* comm, int peer, uint64_t seq, size_t off, size_t bytes,
                   size_t unit, size_t* checked, tp_peer_use_fn use, void* arg);
+/* As tp_lines_read, decoding straight into dst[0..bytes). */
+int tp_lines_copy(struct loom_comm* comm, int peer, uint64_t seq, size_t off, size_t bytes,
+                  void* dst, size_t* checked);
 /* 1 once peer has put its lines of call seq - (TP_LINES_AREAS - 2) or a
  * later one (at once where there is no such call), so has finished every
  * call before it; else 0. Never blocks. */
