@@ -357,30 +357,59 @@ struct cal_lines {
   uint64_t seq; /* of the first call of a run */
   size_t bytes;
   int calls;
-  int fifo; /* this run goes through the FIFO */
+  int fifo;           /* this run goes through the FIFO */
+  _Atomic int failed; /* a wait gave up: the figures are not measured */
   pthread_barrier_t bar;
 };
 
+/* One wait of the exchange: 1 once ready, 0 when the pair gave up (a second
+ * without progress on either side: never on a live machine, but no wait
+ * here is without a deadline). */
+static int cal_lines_wait(struct cal_lines* cl, int ready, int* idle, uint64_t* since) {
+  if (ready) {
+    *idle = 0;
+    *since = 0;
+    return 1;
+  }
+  if (atomic_load_explicit(&cl->failed, memory_order_relaxed)) return 0;
+  if (*since == 0) *since = time_now_ns();
+  if (time_now_ns() - *since > 1000000000ull) {
+    atomic_store(&cl->failed, 1);
+    return 0;
+  }
+  poll_pause(idle, 1);
+  return -1;
+}
+
 static void cal_lines_side(struct cal_lines* cl, int me) {
+  int idle = 0, w;
+  uint64_t since = 0;
   for (int i = 0; i < cl->calls; i++) {
-    int idle = 0; /* polls since the last wait was met */
     uint64_t seq = cl->seq + (uint64_t)i;
     if (cl->fifo) {
-      while (seq - atomic_load_explicit(&cl->tail[me], memory_order_acquire) > 2)
-        poll_pause(&idle, 1);
-      idle = 0;
+      while ((w = cal_lines_wait(
+                  cl, seq - atomic_load_explicit(&cl->tail[me], memory_order_acquire) <= 2, &idle,
+                  &since)) < 0) {
+      }
+      if (!w) return;
       memcpy(cl->slot[me][seq % 2], cl->src[me], cl->bytes);
       atomic_store_explicit(&cl->head[me], seq, memory_order_release);
-      while (atomic_load_explicit(&cl->head[1 - me], memory_order_acquire) < seq)
-        poll_pause(&idle, 1);
+      while ((w = cal_lines_wait(
+                  cl, atomic_load_explicit(&cl->head[1 - me], memory_order_acquire) >= seq, &idle,
+                  &since)) < 0) {
+      }
+      if (!w) return;
       memcpy(cl->dst[me], cl->slot[1 - me][seq % 2], cl->bytes);
       atomic_store_explicit(&cl->tail[1 - me], seq, memory_order_release);
       continue;
     }
     cpu_lines_put(cl->area[me][seq % 2], seq, 0, cl->src[me], cl->bytes);
     size_t checked = 0;
-    while (!cpu_lines_ready(cl->area[1 - me][seq % 2], seq, 0, cl->bytes, &checked))
-      poll_pause(&idle, 1);
+    while ((w = cal_lines_wait(
+                cl, cpu_lines_ready(cl->area[1 - me][seq % 2], seq, 0, cl->bytes, &checked), &idle,
+                &since)) < 0) {
+    }
+    if (!w) return;
     cpu_lines_get(cl->area[1 - me][seq % 2], 0, cl->dst[me], cl->bytes);
   }
 }
@@ -395,24 +424,43 @@ static void* cal_lines_peer(void* arg) {
   }
 }
 
-/* Microseconds a call at bytes: the median of batches (a preempted batch
- * is slower, never faster). */
-static double cal_lines_call_us(struct cal_lines* cl, size_t bytes, int fifo) {
-  enum { BATCHES = 15, CALLS = 40 };
-  double us[BATCHES];
-  for (int b = 0; b < BATCHES; b++) {
-    cl->bytes = bytes;
-    cl->calls = CALLS;
-    cl->fifo = fifo;
-    pthread_barrier_wait(&cl->bar);
-    uint64_t t0 = time_now_ns();
-    cal_lines_side(cl, 0);
-    pthread_barrier_wait(&cl->bar);
-    us[b] = (double)(time_now_ns() - t0) / 1e3 / CALLS;
-    cl->seq += CALLS;
+/* Microseconds a call of one batch at bytes, through the lines or the FIFO. */
+static double cal_lines_batch_us(struct cal_lines* cl, size_t bytes, int fifo) {
+  enum { CALLS = 40 };
+  cl->bytes = bytes;
+  cl->calls = CALLS;
+  cl->fifo = fifo;
+  for (int t = 0; t < 2; t++) { /* the FIFOs start this batch empty */
+    atomic_store(&cl->head[t], cl->seq - 1);
+    atomic_store(&cl->tail[t], cl->seq - 1);
   }
-  qsort(us, BATCHES, sizeof(us[0]), cmp_double);
-  return us[BATCHES / 2];
+  pthread_barrier_wait(&cl->bar);
+  uint64_t t0 = time_now_ns();
+  cal_lines_side(cl, 0);
+  pthread_barrier_wait(&cl->bar);
+  cl->seq += CALLS;
+  return (double)(time_now_ns() - t0) / 1e3 / CALLS;
+}
+
+/* The medians over batches (a preempted batch is slower, never faster) of
+ * a lines call at 64 B and at 8 KiB, and of a 64 B lines call over a 64 B
+ * FIFO call, each pair of batches run back to back so that both see the
+ * same minute. */
+enum { CAL_LINES_BATCHES = 15 };
+static void cal_lines_run(struct cal_lines* cl, double* small, double* big, double* step) {
+  double s[CAL_LINES_BATCHES], b[CAL_LINES_BATCHES], r[CAL_LINES_BATCHES];
+  for (int i = 0; i < CAL_LINES_BATCHES; i++) {
+    double fifo = cal_lines_batch_us(cl, CAL_LINES_SMALL, 1);
+    s[i] = cal_lines_batch_us(cl, CAL_LINES_SMALL, 0);
+    b[i] = cal_lines_batch_us(cl, CAL_LINES_BIG, 0);
+    r[i] = fifo > 0 ? s[i] / fifo : 0;
+  }
+  qsort(s, CAL_LINES_BATCHES, sizeof(s[0]), cmp_double);
+  qsort(b, CAL_LINES_BATCHES, sizeof(b[0]), cmp_double);
+  qsort(r, CAL_LINES_BATCHES, sizeof(r[0]), cmp_double);
+  *small = s[CAL_LINES_BATCHES / 2];
+  *big = b[CAL_LINES_BATCHES / 2];
+  *step = r[CAL_LINES_BATCHES / 2];
 }
 
 static void lines_measure(struct tune_consts* out) {
@@ -438,15 +486,14 @@ static void lines_measure(struct tune_consts* out) {
   if (ok && pthread_barrier_init(&cl->bar, NULL, 2) == 0) {
     if (pthread_create(&th, NULL, cal_lines_peer, cl) == 0) {
       cl->seq = 1;
-      double fifo = cal_lines_call_us(cl, CAL_LINES_SMALL, 1);
-      double small = cal_lines_call_us(cl, CAL_LINES_SMALL, 0);
-      double big = cal_lines_call_us(cl, CAL_LINES_BIG, 0);
+      double small, big, step;
+      cal_lines_run(cl, &small, &big, &step);
       cl->calls = 0;
       pthread_barrier_wait(&cl->bar);
       pthread_join(th, NULL);
-      if (big > small && fifo > 0) {
+      if (big > small && step > 0 && !atomic_load(&cl->failed)) {
         out->lines_gbps = (double)(CAL_LINES_BIG - CAL_LINES_SMALL) / (big - small) / 1e3;
-        out->lines_step = small / fifo;
+        out->lines_step = step;
       }
     }
     pthread_barrier_destroy(&cl->bar);
