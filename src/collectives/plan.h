@@ -49,9 +49,10 @@ enum plan_op_kind {
   OP_PEER_REDUCE, /* dst = dst op peer's src */
   OP_SYNC,        /* every rank arrives before any leaves; peer -1, count 1 */
   /* Low-latency lines (src/collectives/lines.c): every rank has an area of
-   * lines in its rank segment where each 4 bytes of data travel in one
-   * 8-byte word with the call's sequence number, so a reader polls the data
-   * itself: no sync, no flag, no system call. The area is named by
+   * lines in its rank segment where each 56 bytes of data travel in one
+   * 64-byte line with the call's sequence number (kernels/cpu/cpu_lines.h),
+   * so a reader polls the line itself: no sync, no separate flag, no system
+   * call. The area is named by
    * PB_LINES; its offsets are elements, as elsewhere. */
   OP_LINES_PUT,    /* this rank's lines[dst.off..) = src; peer -1 */
   OP_LINES_COPY,   /* dst = peer's lines[src.off..), once this call's are there */

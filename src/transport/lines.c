@@ -2,19 +2,10 @@
  * with no separate flag, no system call and no wake-up on the way.
  *
  * A rank's lines live in its rank segment, which every rank of the host
- * maps. Each 64-byte cache line holds 56 bytes of data in its first seven
- * 8-byte words and the call's sequence number in its last: the put writes
- * the data words (relaxed atomic stores), then the number (release); a
- * reader that loads this call's number (acquire) holds this call's data
- * in that line, whatever order the lines land in, so there is no flag
- * beside the data and one poll per line. NCCL's LL protocol pairs every 4
- * bytes of data with a 4-byte flag, since a GPU store of 8 bytes is the
- * most it can count on arriving whole; a CPU orders a line's stores by
- * release and acquire, so here one word in eight is the flag (the first
- * version of these lines used LL's layout: twice the bytes crossed the
- * caches, and a 4 KiB reduce took 5 us where the ring took 1.7). Still a
- * small-message path: TP_LINES_BYTES per rank and call. Every element size
- * divides 56, so no element straddles two lines.
+ * maps; their format (64-byte lines of 56 bytes of data and the call's
+ * number, one poll a line) is kernels/cpu/cpu_lines.h's, shared with the
+ * calibration, and docs/DESIGN.md says why it is safe and what it replaced.
+ * Still a small-message path: TP_LINES_BYTES per rank and call.
  *
  * TP_LINES_AREAS areas, used in turn by consecutive calls (the sequence
  * number modulo their count): collectives/lines.c says when a rank may
@@ -24,8 +15,7 @@
  * k are done. The put nudges the peers' doorbells (bell_nudge): a peer
  * that spins or yields costs it one look at a line that stays shared, one
  * that is about to sleep a ring and a futex wake, so a rank that gave up
- * its core is woken as soon as the data is there. The lines' format is
- * kernels/cpu/cpu_lines.h's. */
+ * its core is woken as soon as the data is there. */
 #include "kernels/cpu/cpu_lines.h"
 #include "transport/rankseg.h"
 #include "transport/transport.h"

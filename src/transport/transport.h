@@ -285,9 +285,10 @@ loomResult_t tp_peer_read(struct loom_comm* comm, int peer, unsigned buf, size_t
  * TUNE_LINES_BYTES, which algos.c checks is the same). */
 #define TP_LINES_BYTES (16u << 10)
 /* Low-latency lines (lines.c): each rank of a host has, in its rank
- * segment, TP_LINES_AREAS areas of 8-byte words, used by its calls in turn;
- * a word carries 4 bytes of data and the call's sequence number, written
- * with one store, so a reader that sees the number sees the data. A rank
+ * segment, TP_LINES_AREAS areas of 64-byte lines, used by its calls in turn;
+ * a line carries 56 bytes of data and the call's sequence number, stored
+ * last with release, so a reader that sees the number sees the data
+ * (kernels/cpu/cpu_lines.h). A rank
  * may overwrite the area of call k in call k + TP_LINES_AREAS, once every
  * other rank has put call k + 1 (collectives/lines.c says how the plans
  * make sure of it); a broadcast's root may so run TP_LINES_AREAS - 2 calls

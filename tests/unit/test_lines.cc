@@ -101,6 +101,15 @@ INSTANTIATE_TEST_SUITE_P(Algos, LinesPlans, ::testing::Range(0, int(std::size(kA
                            return n;
                          });
 
+// The peers of p's ops of the given kinds, in plan order.
+std::vector<int> PeersOf(const plan& p, std::initializer_list<int> kinds) {
+  std::vector<int> peers;
+  for (uint32_t o = 0; o < p.nops; o++)
+    for (int k : kinds)
+      if (p.ops[o].kind == k) peers.push_back(p.ops[o].peer);
+  return peers;
+}
+
 int FirstOp(const plan& p, int k) {
   for (uint32_t o = 0; o < p.nops; o++)
     if (p.ops[o].kind == k) return int(o);
@@ -174,9 +183,7 @@ TEST(LinesChecker, BroadcastRanksSeeEveryOtherRanksPut) {
   EXPECT_EQ(Check(kAlgos[3], {3, 5, false, false, 1},
                   [](std::vector<plan>& p) {
                     for (int r = 0; r < 3; r++) {
-                      std::vector<int> seen;
-                      for (uint32_t o = 0; o < p[r].nops; o++)
-                        if (p[r].ops[o].kind == OP_LINES_SEEN) seen.push_back(p[r].ops[o].peer);
+                      std::vector<int> seen = PeersOf(p[r], {OP_LINES_SEEN});
                       // The root sees both readers; a reader sees the other
                       // reader (the root's data is what it reads).
                       std::vector<int> want =
@@ -204,25 +211,20 @@ TEST(LinesChecker, BroadcastRanksSeeEveryOtherRanksPut) {
 // that skips the root could run K - 1 calls ahead of it and overwrite
 // lines the root still folds: the checker refuses it.
 TEST(LinesChecker, ReduceNonRootsSeeEveryOtherRanksPut) {
-  EXPECT_EQ(
-      Check(kAlgos[4], {3, 5, false, false, 1},
-            [](std::vector<plan>& p) {
-              for (int r = 0; r < 3; r++) {
-                std::vector<int> seen, read;
-                for (uint32_t o = 0; o < p[r].nops; o++) {
-                  if (p[r].ops[o].kind == OP_LINES_SEEN) seen.push_back(p[r].ops[o].peer);
-                  if (p[r].ops[o].kind == OP_LINES_COPY || p[r].ops[o].kind == OP_LINES_REDUCE)
-                    read.push_back(p[r].ops[o].peer);
-                }
-                EXPECT_EQ(read, r == 1 ? std::vector<int>({0, 1, 2}) : std::vector<int>())
-                    << "rank " << r;
-                std::vector<int> want = r == 1   ? std::vector<int>()
-                                        : r == 0 ? std::vector<int>({1, 2})
-                                                 : std::vector<int>({0, 1});
-                EXPECT_EQ(seen, want) << "rank " << r;
-              }
-            }),
-      "");
+  EXPECT_EQ(Check(kAlgos[4], {3, 5, false, false, 1},
+                  [](std::vector<plan>& p) {
+                    for (int r = 0; r < 3; r++) {
+                      std::vector<int> seen = PeersOf(p[r], {OP_LINES_SEEN});
+                      std::vector<int> read = PeersOf(p[r], {OP_LINES_COPY, OP_LINES_REDUCE});
+                      EXPECT_EQ(read, r == 1 ? std::vector<int>({0, 1, 2}) : std::vector<int>())
+                          << "rank " << r;
+                      std::vector<int> want = r == 1   ? std::vector<int>()
+                                              : r == 0 ? std::vector<int>({1, 2})
+                                                       : std::vector<int>({0, 1});
+                      EXPECT_EQ(seen, want) << "rank " << r;
+                    }
+                  }),
+            "");
   std::string why = Check(kAlgos[4], {3, 5, false, false, 1}, [](std::vector<plan>& p) {
     plan& q = p[2];  // a non-root: its wait for the root's put waits for rank 0's again
     for (uint32_t o = 0; o < q.nops; o++)
