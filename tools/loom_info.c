@@ -86,11 +86,12 @@ static void print_tuning(void) {
   size_t slice = params_get()->slice_size;
   printf(
       "tuning constants: step %.2f us, copy %.2f GB/s, reduce %.2f GB/s, %d cpus, "
-      "cross-memory attach %.2f GB/s, lines %.2f GB/s and %.2f of a step\n(direct plans, "
+      "cross-memory attach %.2f GB/s, lines %.2f GB/s and %.2f of a step, hand-off %.2f us\n"
+      "(direct plans, "
       "oneshot/twoshot/read, are costed as between processes: they need every rank on this "
       "host)\n",
-      k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->lines_gbps,
-      k->lines_step);
+      k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->lines_gbps, k->lines_step,
+      k->handoff_us);
   if (k->copy_at[0] > 0) {
     printf("per rank's buffer, GB/s:  %8s %8s %8s %10s\n", "fifo", "cma", "reduce", "cma+reduce");
     for (int p = 0; p < TUNE_CAL_POINTS; p++) {

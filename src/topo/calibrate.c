@@ -95,11 +95,40 @@ struct cal_pair {
  * wants it (with more threads than cores, as when every rank of a job
  * calibrates at once on a fresh machine, the peer this one waits for may be
  * waiting for the core). */
+#define CAL_SPIN 2000
 static void poll_pause(int* idle, int spin) {
-  if (spin && ++*idle < 2000)
+  if (spin && ++*idle < CAL_SPIN)
     cpu_relax();
   else
     sched_yield();
+}
+
+/* One look of a wait of the calibration's: 1 once ready; 0 when it gave up, because
+ * nothing was ready for a second here (never on a live machine: the partner is a thread of
+ * this process) or because the partner gave up (*failed, which this sets too, so the
+ * partner's next wait returns at once); -1: not yet, look again. No wait here is without a
+ * deadline. since is 0 before the first look of a wait. */
+static int cal_wait(_Atomic int* failed, int ready, int* idle, uint64_t* since, int spin) {
+  if (ready) {
+    *idle = 0;
+    *since = 0;
+    return 1;
+  }
+  /* The spin reads no clock: a look a few times dearer makes the spin as many times
+   * longer, and where the pair shares a CPU every wait spins it out before it yields. */
+  if (spin && *idle < CAL_SPIN) {
+    poll_pause(idle, spin);
+    return -1;
+  }
+  if (atomic_load_explicit(failed, memory_order_relaxed)) return 0;
+  uint64_t now = time_now_ns();
+  if (*since == 0) *since = now;
+  if (now - *since > 1000000000ull) {
+    atomic_store(failed, 1);
+    return 0;
+  }
+  poll_pause(idle, spin);
+  return -1;
 }
 
 /* Sends src[me] through fifo[me] while receiving the peer's from
@@ -109,7 +138,7 @@ static void cal_fifo_run(struct cal_pair* cp, int me, size_t at) {
   const char* src = cp->src[me] + at;
   char* dst = cp->dst[me] + at;
   size_t total = cp->bytes, sent = 0, got = 0;
-  uint64_t s = 0, r = 0;
+  uint64_t s = 0, r = 0, since = 0;
   int idle = 0;
   while (sent < total || got < total) {
     int moved = 0;
@@ -127,10 +156,7 @@ static void cal_fifo_run(struct cal_pair* cp, int me, size_t at) {
       atomic_store_explicit(&in->tail, ++r, memory_order_release);
       moved = 1;
     }
-    if (moved)
-      idle = 0;
-    else
-      poll_pause(&idle, cp->spin);
+    if (cal_wait(&cp->failed, moved, &idle, &since, cp->spin) == 0) return;
   }
 }
 
@@ -165,8 +191,9 @@ static void cal_side(struct cal_pair* cp, int me) {
     pthread_barrier_wait(&cp->bar);
     uint64_t t0 = time_now_ns();
     if (cp->kind == CAL_FIFO) cal_fifo_run(cp, me, at);
-    if (cp->kind == CAL_CMA && cal_cma_run(cp, me, at) != 0) cp->failed = 1;
-    if (cp->kind == CAL_CMA_REDUCE && cal_cma_reduce_run(cp, me, at) != 0) cp->failed = 1;
+    if (cp->kind == CAL_CMA && cal_cma_run(cp, me, at) != 0) atomic_store(&cp->failed, 1);
+    if (cp->kind == CAL_CMA_REDUCE && cal_cma_reduce_run(cp, me, at) != 0)
+      atomic_store(&cp->failed, 1);
     if (cp->kind == CAL_REDUCE)
       cpu_reduce(loomFloat32, loomSum, cp->dst[me] + at, cp->src[me] + at, cp->dst[me] + at,
                  cp->bytes / sizeof(float));
@@ -193,7 +220,7 @@ static void* cal_peer(void* arg) {
 static double cal_measure(struct cal_pair* cp, enum cal_kind kind, size_t bytes) {
   cp->kind = kind;
   cp->bytes = bytes;
-  cp->failed = 0;
+  atomic_store(&cp->failed, 0);
   cp->best_ns[0] = cp->best_ns[1] = 0;
   /* Small sizes take microseconds, and one preemption spoils a run: more
    * runs of them, about 4 MiB per thread in all. */
@@ -208,7 +235,7 @@ static double cal_measure(struct cal_pair* cp, enum cal_kind kind, size_t bytes)
   pthread_join(t, NULL);
   pthread_barrier_destroy(&cp->bar);
   double ns = LOOM_MAX(cp->best_ns[0], cp->best_ns[1]);
-  return cp->failed || ns <= 0 ? 0 : (double)bytes / ns;
+  return atomic_load(&cp->failed) || ns <= 0 ? 0 : (double)bytes / ns;
 }
 
 /* Fills the tables of out; 0, or -1 when memory ran short. */
@@ -252,6 +279,9 @@ static int cal_bandwidths(struct tune_consts* out) {
           if (!low) break;
           t[p] = LOOM_MAX(t[p], cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p)));
         }
+    /* A FIFO run that gave up (cal_wait) measured nothing: the built-in figures. */
+    for (int p = 0; p < TUNE_CAL_POINTS; p++)
+      if (out->copy_at[p] <= 0 || out->reduce_at[p] <= 0) rc = -1;
     /* Cross-memory attach either works at every size or not at all. */
     for (int p = 0; p < TUNE_CAL_POINTS; p++)
       if (out->cma_at[p] <= 0 || out->cma_reduce_at[p] <= 0)
@@ -287,18 +317,35 @@ static double cma_us_measure(void) {
 struct pingpong {
   _Atomic uint32_t turn;
   int rounds;
+  _Atomic int failed; /* a wait gave up (cal_wait) */
+  int spin;           /* 0: every look that finds nothing yields (poll_pause) */
+  int cpu;            /* >= 0: the pong thread runs on this CPU alone */
 };
 
-/* Waits for turn to reach want (poll_pause between looks). */
-static void turn_wait(_Atomic uint32_t* turn, uint32_t want) {
-  for (int idle = 0; atomic_load_explicit(turn, memory_order_acquire) != want;)
-    poll_pause(&idle, 1);
+/* Waits for the turn to reach want: 1, or 0 when the pair gave up. */
+static int turn_wait(struct pingpong* pp, uint32_t want) {
+  int idle = 0, w;
+  uint64_t since = 0;
+  while ((w = cal_wait(&pp->failed, atomic_load_explicit(&pp->turn, memory_order_acquire) == want,
+                       &idle, &since, pp->spin)) < 0) {
+  }
+  return w;
+}
+
+/* This thread on cpu alone (the previous mask into old, when old is not NULL): 0, or -1. */
+static int pin_to(int cpu, cpu_set_t* old) {
+  if (old != NULL && pthread_getaffinity_np(pthread_self(), sizeof(*old), old) != 0) return -1;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return pthread_setaffinity_np(pthread_self(), sizeof(one), &one) == 0 ? 0 : -1;
 }
 
 static void* pong_main(void* arg) {
   struct pingpong* pp = arg;
+  if (pp->cpu >= 0 && pin_to(pp->cpu, NULL) != 0) atomic_store(&pp->failed, 1);
   for (int i = 0; i < pp->rounds; i++) {
-    turn_wait(&pp->turn, (uint32_t)(2 * i + 1));
+    if (!turn_wait(pp, (uint32_t)(2 * i + 1))) break;
     atomic_store_explicit(&pp->turn, (uint32_t)(2 * i + 2), memory_order_release);
   }
   return NULL;
@@ -311,27 +358,52 @@ static int cmp_double(const void* a, const void* b) {
 
 /* The median of many short batches' averages: a busy machine preempts
  * some round trips (a whole time slice each, which swamps the batch it
- * falls in), never speeds one up. */
-static double step_us_measure(void) {
-  if (cpus_online() < 2) return 30.0; /* a futex hand-off, not a spin */
+ * falls in), never speeds one up. Two threads on two cores, spinning a
+ * while before they yield, as two ranks that have a core each; or (cpu >= 0)
+ * both on that one CPU, yielding at once, as ranks that outnumber the cores
+ * (the executor's spin is 0 then): each turn is a hand-off of the core.
+ * Returns 0 when it cannot measure. */
+static double pingpong_step_us(int cpu) {
   enum { BATCHES = 25 };
   double half_rt[BATCHES];
   int done = 0;
-  struct pingpong pp = {0, 40 * BATCHES};
+  struct pingpong pp = {0, 40 * BATCHES, 0, cpu < 0, cpu};
   pthread_t t;
-  if (pthread_create(&t, NULL, pong_main, &pp) != 0) return 5.0;
+  if (pthread_create(&t, NULL, pong_main, &pp) != 0) return 0;
   for (int b = 0; b < BATCHES; b++) {
     uint64_t t0 = time_now_ns();
-    for (int i = 40 * b; i < 40 * (b + 1); i++) {
+    int ok = 1;
+    for (int i = 40 * b; ok && i < 40 * (b + 1); i++) {
       atomic_store_explicit(&pp.turn, (uint32_t)(2 * i + 1), memory_order_release);
-      turn_wait(&pp.turn, (uint32_t)(2 * i + 2));
+      ok = turn_wait(&pp, (uint32_t)(2 * i + 2));
     }
+    if (!ok) break;
     half_rt[done++] = (double)(time_now_ns() - t0) / 1e3 / 40 / 2;
   }
   pthread_join(t, NULL);
+  if (done < BATCHES) return 0; /* a wait gave up */
   qsort(half_rt, (size_t)done, sizeof(half_rt[0]), cmp_double);
   /* A step also posts, tests and retires its transfers: a few hand-offs. */
   return 4 * half_rt[done / 2] + 1.0;
+}
+
+static double step_us_measure(void) {
+  if (cpus_online() < 2) return 30.0; /* a futex hand-off, not a spin */
+  double us = pingpong_step_us(-1);
+  return us > 0 ? us : 5.0; /* the built-in figure */
+}
+
+/* A step between two ranks on one CPU (tune_consts.handoff_us): this thread and
+ * its partner on the CPU it runs on, its own mask given back after. 0 when it cannot
+ * be measured (one CPU: step_us is that already; pinning not allowed). */
+static double handoff_us_measure(void) {
+  if (cpus_online() < 2) return 0;
+  int cpu = sched_getcpu();
+  cpu_set_t old;
+  if (cpu < 0 || pin_to(cpu, &old) != 0) return 0;
+  double us = pingpong_step_us(cpu);
+  pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
+  return us;
 }
 
 /* Low-latency lines: two threads each put n bytes into their lines and read
@@ -362,23 +434,9 @@ struct cal_lines {
   pthread_barrier_t bar;
 };
 
-/* One wait of the exchange: 1 once ready, 0 when the pair gave up (a second
- * without progress on either side: never on a live machine, but no wait
- * here is without a deadline). */
+/* One look of a wait of the exchange (cal_wait). */
 static int cal_lines_wait(struct cal_lines* cl, int ready, int* idle, uint64_t* since) {
-  if (ready) {
-    *idle = 0;
-    *since = 0;
-    return 1;
-  }
-  if (atomic_load_explicit(&cl->failed, memory_order_relaxed)) return 0;
-  if (*since == 0) *since = time_now_ns();
-  if (time_now_ns() - *since > 1000000000ull) {
-    atomic_store(&cl->failed, 1);
-    return 0;
-  }
-  poll_pause(idle, 1);
-  return -1;
+  return cal_wait(&cl->failed, ready, idle, since, 1);
 }
 
 static void cal_lines_side(struct cal_lines* cl, int me) {
@@ -512,6 +570,7 @@ static void lines_measure(struct tune_consts* out) {
 void tune_calibrate(struct tune_consts* out) {
   out->ncpus = cpus_online(); /* the machine measured; a topology file overrides (consts_init) */
   out->step_us = step_us_measure();
+  out->handoff_us = handoff_us_measure();
   lines_measure(out);
   out->copy_gbps = 4.0;
   out->reduce_gbps = 4.0;
@@ -562,6 +621,7 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
     if (strcmp(key, "cma_us") == 0) k->cma_us = v;
     if (strcmp(key, "lines_gbps") == 0) k->lines_gbps = v >= 0 && v < 1e6 ? v : 0, seen |= 32;
     if (strcmp(key, "lines_step") == 0) k->lines_step = v >= 0 && v <= 4 ? v : 0, seen |= 64;
+    if (strcmp(key, "handoff_us") == 0) k->handoff_us = v >= 0 && v < 1e6 ? v : 0, seen |= 128;
     if (strcmp(key, "net_gbps") == 0 && v > 0) k->net_gbps = v;
     if (strcmp(key, "net_us") == 0 && v > 0) k->net_us = v;
     double* e = table_entry(k, key);
@@ -575,11 +635,12 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
   if (!(seen & 16)) k->cma_gbps = cache ? -1 : 2 * k->copy_gbps;
   if (!(seen & 32)) k->lines_gbps = 0;
   if (!(seen & 64)) k->lines_step = 0;
-  int ok = (seen | 16 | 32 | 64) == 127 && k->cma_gbps >= 0 && k->step_us > 0 && k->copy_gbps > 0 &&
-           k->reduce_gbps > 0 && k->ncpus > 0 && !bad;
-  /* A cache from before the tables (or before cma_reduce_gbps@, or the lines' figures) is
-   * measured again. */
-  if (cache && (entries < CAL_KINDS * TUNE_CAL_POINTS || (seen & 96) != 96)) ok = 0;
+  if (!(seen & 128)) k->handoff_us = 0;
+  int ok = (seen | 16 | 32 | 64 | 128) == 255 && k->cma_gbps >= 0 && k->step_us > 0 &&
+           k->copy_gbps > 0 && k->reduce_gbps > 0 && k->ncpus > 0 && !bad;
+  /* A cache from before the tables (or before cma_reduce_gbps@, the lines' figures or the
+   * hand-off) is measured again. */
+  if (cache && (entries < CAL_KINDS * TUNE_CAL_POINTS || (seen & 224) != 224)) ok = 0;
   return ok ? 0 : -1;
 }
 
@@ -636,9 +697,9 @@ static void consts_save(struct tune_consts* k) {
   if (!f) return;
   fprintf(f,
           "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n"
-          "lines_gbps %.3f\nlines_step %.3f\n",
+          "lines_gbps %.3f\nlines_step %.3f\nhandoff_us %.3f\n",
           k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us, k->lines_gbps,
-          k->lines_step);
+          k->lines_step, k->handoff_us);
   double* tables[CAL_KINDS];
   tables_of(k, tables);
   for (int p = 0; p < TUNE_CAL_POINTS; p++)

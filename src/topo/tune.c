@@ -356,8 +356,10 @@ static double flat_us(const struct tune_consts* k, enum tune_coll coll, enum tun
     case TUNE_ALLTOALLV:
       if (a == TUNE_PAIRWISE)
         t = (n - 1) * slices(S / n, sl) * k->step_us + (double)(n - 1) / n * S / B;
+      /* Bruck: half the buffer a round, and a rotation of all of it before and
+       * after, local copies at twice the rate of a FIFO's (one copy, not two). */
       if (a == TUNE_BRUCK && coll == TUNE_ALLTOALL)
-        t = log2_ceil(n) * (k->step_us + S / 2 / B) + 2 * S / B;
+        t = log2_ceil(n) * (k->step_us + S / 2 / B) + S / B;
       break;
     case TUNE_GATHER:
     case TUNE_SCATTER:
@@ -403,6 +405,47 @@ static double hier_us(const struct tune_consts* k, double S, double sl) {
   return 2 * steps + 2 * part / B + part / R + cross;
 }
 
+/* The exchanges of a plan that wait on a peer, one after another: the
+ * latency terms of the model, without the slices that follow the first one
+ * (a pipeline's rank runs on through its FIFO's slots without waiting for a
+ * core each slice). None for the rooted collectives: their data flows one
+ * way, each rank waits only for ranks upstream of it, so calls back to back
+ * pipeline (a broadcast's root and a reduce's leaves run calls ahead) and a
+ * hand-off is paid once per FIFO's worth of calls, not per call. */
+static double exchanges(enum tune_coll coll, enum tune_algo a, int n) {
+  double lg = log2_ceil(n);
+  if (coll == TUNE_BROADCAST || coll == TUNE_REDUCE || coll == TUNE_GATHER || coll == TUNE_SCATTER)
+    return 0;
+  switch (a) {
+    case TUNE_LINES:
+    case TUNE_DIRECT:
+      return 1;
+    case TUNE_ONESHOT:
+      return 2 * lg;
+    case TUNE_TWOSHOT:
+    case TUNE_READ:
+      return (a == TUNE_TWOSHOT ? 3 : 2) * lg;
+    case TUNE_BRUCK:
+      return lg;
+    case TUNE_PAIRWISE:
+      return n - 1;
+    case TUNE_DOUBLING:
+      return log2_floor(n) + ((1 << log2_floor(n)) != n ? 2 : 0);
+    case TUNE_RHD:
+      return (coll == TUNE_ALLREDUCE ? 2 : 1) * log2_floor(n) + ((1 << log2_floor(n)) != n ? 2 : 0);
+    case TUNE_TREE:
+      if (coll == TUNE_ALLREDUCE) return 2.5 * log2(n);
+      return coll == TUNE_REDUCE ? 1.5 * log2(n) + 1 : log2(n) + 1;
+    case TUNE_ORDERED:
+      return n;
+    case TUNE_HIER:
+    case TUNE_RING:
+    default:
+      if (coll == TUNE_ALLREDUCE) return 2 * (n - 1);
+      return n - 1; /* all-gather, reduce-scatter; a broadcast's chain */
+  }
+}
+
 double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tune_algo a,
                        int nranks, size_t bytes_in, size_t slice_bytes) {
   int n = nranks;
@@ -422,9 +465,15 @@ double tune_predict_us(const struct tune_consts* k, enum tune_coll coll, enum tu
   } else {
     t = flat_us(k, coll, a, n, S, sl);
   }
-  /* Ranks beyond the cores take turns on them. */
+  /* Ranks beyond the cores take turns on them, and an exchange whose peer
+   * holds no core waits for a hand-off of one. */
   int here = ranks_here(k, n);
-  if (t > 0 && here > k->ncpus) t *= (double)here / k->ncpus;
+  if (t > 0 && here > k->ncpus) {
+    double turns = (double)here / k->ncpus;
+    t *= turns;
+    double extra = k->handoff_us - k->step_us * turns;
+    if (extra > 0) t += exchanges(coll, a, n) * extra;
+  }
   return t;
 }
 

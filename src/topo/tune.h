@@ -101,6 +101,12 @@ struct tune_consts {
   double cma_at[TUNE_CAL_POINTS];
   double reduce_at[TUNE_CAL_POINTS];
   double cma_reduce_at[TUNE_CAL_POINTS];
+  /* One step between two ranks that share a CPU, us: the waiter yields the
+   * core and the peer it waits for runs (two threads on one CPU, measured as
+   * step_us is). With more ranks on a host than cores, an exchange of a plan
+   * often waits for a peer that holds no core, and costs this rather than
+   * step_us. 0 (a tuning file without it, one CPU): not costed apart. */
+  double handoff_us;
 };
 
 /* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh

@@ -12,8 +12,8 @@ extern "C" {
 
 namespace {
 
-const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 1.25, 0.125, 0.0, 0.0,
-                             0.0, 0.0, 0,    0, 0,   0,   {},   {},    {},  {}};
+const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 1.25, 0.125, 0.0, 0.0, 0.0,
+                             0.0, 0,   0,    0, 0,   {},  {},   {},    {},  0.0};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
 // The families that pass messages through FIFOs (no direct reads, no lines).
 const unsigned kFifo =
@@ -171,6 +171,61 @@ TEST(Tune, LinesCostTheirCalibratedRate) {
   EXPECT_EQ(tune_pick_model(&kConsts, TUNE_ALLREDUCE, 2, 8, 256 << 10, kAll), TUNE_LINES);
 }
 
+// With more ranks on a host than cores, an exchange whose peer holds no core
+// costs a hand-off of one (handoff_us, measured between two threads on one
+// CPU): the symmetric collectives' plans with fewer exchanges win where the
+// step alone would not decide; rooted collectives pipeline across calls and
+// are not charged; ranks that have a core each are not charged at all.
+TEST(Tune, HandOffsCostTheExchangesOfOversubscribedRanks) {
+  tune_consts h = kConsts;
+  h.handoff_us = 16;  // step 2 us, 4 ranks on 2 cpus: 12 us more an exchange
+  for (int c = 0; c < TUNE_COLL_COUNT; c++)
+    for (int a = 0; a < TUNE_ALGO_COUNT; a++)
+      for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 16) {
+        auto coll = (tune_coll)c;
+        auto algo = (tune_algo)a;
+        double t0 = tune_predict_us(&kConsts, coll, algo, 2, bytes, 256 << 10);
+        EXPECT_DOUBLE_EQ(tune_predict_us(&h, coll, algo, 2, bytes, 256 << 10), t0)
+            << tune_coll_name(coll) << " " << tune_algo_name(algo) << " " << bytes;
+        double t4 = tune_predict_us(&kConsts, coll, algo, 4, bytes, 256 << 10);
+        double h4 = tune_predict_us(&h, coll, algo, 4, bytes, 256 << 10);
+        if (t4 < 0) {
+          EXPECT_LT(h4, 0);
+          continue;
+        }
+        bool rooted = coll == TUNE_BROADCAST || coll == TUNE_REDUCE || coll == TUNE_GATHER ||
+                      coll == TUNE_SCATTER;
+        if (rooted)
+          EXPECT_DOUBLE_EQ(h4, t4) << tune_coll_name(coll) << " " << tune_algo_name(algo);
+        else
+          EXPECT_GE(h4, t4 + 12) << tune_coll_name(coll) << " " << tune_algo_name(algo);
+      }
+  // Exchanges at 4 ranks: ring all-reduce 6, doubling 2; pairwise 3, Bruck 2.
+  EXPECT_DOUBLE_EQ(tune_predict_us(&h, TUNE_ALLREDUCE, TUNE_RING, 4, 64, 256 << 10) -
+                       tune_predict_us(&kConsts, TUNE_ALLREDUCE, TUNE_RING, 4, 64, 256 << 10),
+                   6 * 12);
+  EXPECT_DOUBLE_EQ(tune_predict_us(&h, TUNE_ALLTOALL, TUNE_BRUCK, 4, 64, 256 << 10) -
+                       tune_predict_us(&kConsts, TUNE_ALLTOALL, TUNE_BRUCK, 4, 64, 256 << 10),
+                   2 * 12);
+  // Small symmetric calls over FIFOs go to the plans with the fewest exchanges.
+  EXPECT_EQ(tune_pick_model(&h, TUNE_ALLREDUCE, 4, 4096, 256 << 10, kFifo), TUNE_DOUBLING);
+  EXPECT_EQ(tune_pick_model(&h, TUNE_ALLTOALL, 4, 4096, 256 << 10, kFifo), TUNE_BRUCK);
+  // ... and keep them up to larger sizes than the step alone would.
+  auto last_bruck = [](const tune_consts& k) {
+    size_t last = 0;
+    for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 2)
+      if (tune_pick_model(&k, TUNE_ALLTOALL, 4, bytes, 256 << 10, kFifo) == TUNE_BRUCK)
+        last = bytes;
+    return last;
+  };
+  EXPECT_GT(last_bruck(h), last_bruck(kConsts));
+  // A hand-off no dearer than the turns the cores take already adds nothing.
+  tune_consts cheap = kConsts;
+  cheap.handoff_us = 4;
+  EXPECT_DOUBLE_EQ(tune_predict_us(&cheap, TUNE_ALLREDUCE, TUNE_RING, 4, 64, 256 << 10),
+                   tune_predict_us(&kConsts, TUNE_ALLREDUCE, TUNE_RING, 4, 64, 256 << 10));
+}
+
 TEST(Tune, HierarchicalAllReduceAcrossHosts) {
   tune_consts k = TwoByTwo();
   for (size_t bytes : {size_t(64), size_t(64) << 10, size_t(64) << 20})
@@ -216,6 +271,10 @@ TEST(Tune, CalibrationGivesUsableConstants) {
   EXPECT_GT(k.copy_gbps, 0);
   EXPECT_GT(k.reduce_gbps, 0);
   EXPECT_GE(k.ncpus, 1);
+  // Two threads on one CPU hand it over: measured wherever there are two.
+  if (k.ncpus >= 2) {
+    EXPECT_GT(k.handoff_us, 0);
+  }
   // Every point measured; cross-memory attach at every point or none; the
   // single figures are the largest point's.
   for (int p = 0; p < TUNE_CAL_POINTS; p++) {
@@ -382,8 +441,15 @@ TEST(Tune, TablesInFiles) {
   write(full);
   EXPECT_EQ(tune_consts_read(path, &k, 1), -1);  // lines_step too
   full += "lines_step 0.5\n";
+  write(full);  // a cache from before handoff_us: measure again; a tuning file may leave it out
+  EXPECT_EQ(tune_consts_read(path, &k, 1), -1);
+  k.handoff_us = 7;
+  ASSERT_EQ(tune_consts_read(path, &k, 0), 0);
+  EXPECT_EQ(k.handoff_us, 0);  // not costed apart
+  full += "handoff_us 6.5\n";
   write(full);
   ASSERT_EQ(tune_consts_read(path, &k, 1), 0);
+  EXPECT_EQ(k.handoff_us, 6.5);
   EXPECT_EQ(k.lines_gbps, 2.75);
   EXPECT_EQ(k.lines_step, 0.5);
   for (int p = 0; p < TUNE_CAL_POINTS; p++) EXPECT_EQ(k.copy_at[p], 10 + p);
