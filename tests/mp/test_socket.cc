@@ -438,7 +438,7 @@ INSTANTIATE_TEST_SUITE_P(
 // The wire's hello as socket.h defines it (a stranger that knows it).
 struct Hello {
   uint32_t magic = 0x4c4d534bu;
-  uint16_t version = 1;
+  uint16_t version = 2;
   uint16_t bytes = 40;
   uint64_t secret = 0;
   uint64_t comm_hash = 0;
@@ -478,35 +478,37 @@ int count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-// Rank 0 attacks its own listening port between collectives: garbage, a
+// Rank 1 attacks its own listening port between collectives: garbage, a
 // wrong secret, another communicator, an unknown rank, a hello for another
-// rank, a second copy of a stream already up, a partial hello and a
-// connection that says nothing. Each is refused with one WARN (the last two
-// when they close); the communicator never notices.
+// rank, a higher rank opening a link (the lower rank of a pair opens it), a
+// second copy of a stream already up, a partial hello and a connection that
+// says nothing. Each is refused with one WARN (the last two when they
+// close); the communicator never notices.
 void stranger_body(const Ctx& c) {
   const int n = c.nranks;
   small_allreduce(c);  // the ring's connections are up now
   std::vector<int> keep;
-  if (c.rank == 0) {
+  if (c.rank == 1) {
     std::string log = harness::read_file(harness::own_log());
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
-        log, m, std::regex("rank 0: socket transport listening on 127\\.0\\.0\\.1:(\\d+)")))
+        log, m, std::regex("rank 1: socket transport listening on 127\\.0\\.0\\.1:(\\d+)")))
         << log;
     int port = std::stoi(m[1].str());
     ASSERT_TRUE(
-        std::regex_search(log, m, std::regex("rank 0 of \\d+ ready \\(comm ([0-9a-f]{16})")))
+        std::regex_search(log, m, std::regex("rank 1 of \\d+ ready \\(comm ([0-9a-f]{16})")))
         << log;
     uint64_t hash = std::stoull(m[1].str(), nullptr, 16);
     uint64_t secret = std::stoull(getenv("LOOM_SECRET"), nullptr, 16);
     ASSERT_TRUE(std::regex_search(
-        log, m, std::regex("rank 0: receive connection from peer (\\d+) over socket")))
+        log, m, std::regex("rank 1: receive connection from peer (\\d+) over socket")))
         << log;
     Hello good;
     good.secret = secret;
     good.comm_hash = hash;
-    good.src = std::stoi(m[1].str());  // a rank whose streams into rank 0 are up
-    good.dst = 0;
+    good.src = std::stoi(m[1].str());  // rank 0: its link's streams into rank 1 are up
+    good.dst = 1;
+    EXPECT_EQ(good.src, 0);
     std::vector<int> fds;
     std::vector<unsigned char> junk(40);
     for (size_t i = 0; i < junk.size(); i++) junk[i] = (unsigned char)(i * 37 + 11);
@@ -521,15 +523,22 @@ void stranger_body(const Ctx& c) {
     h.src = 99;
     fds.push_back(dial_send(port, &h, sizeof(h)));
     h = good;
-    h.dst = 1;
+    h.dst = 0;
+    fds.push_back(dial_send(port, &h, sizeof(h)));
+    h = good;
+    h.src = 2;
     fds.push_back(dial_send(port, &h, sizeof(h)));
     fds.push_back(dial_send(port, &good, sizeof(good)));  // its stream 0 is up already
     for (int fd : fds) EXPECT_GE(fd, 0);
     keep.push_back(dial_send(port, &good, 10));  // a partial hello, left open
     keep.push_back(dial(port));                  // silence, left open
-    const char* want[] = {"not a Loom socket hello", "wrong secret",
-                          "another communicator",    "unknown rank 99",
-                          "meant to reach rank 1",   "opened stream 0 twice"};
+    const char* want[] = {"not a Loom socket hello",
+                          "wrong secret",
+                          "another communicator",
+                          "unknown rank 99",
+                          "meant to reach rank 0",
+                          "the lower rank of a pair opens it",
+                          "opened collective stream 0 twice"};
     auto t0 = Clock::now();
     bool all = false;
     while (!all && since(t0) < 10) {
@@ -546,7 +555,7 @@ void stranger_body(const Ctx& c) {
   for (int ci = 0; ci < colltest::kNumColls; ci++)
     r.run(make((Coll)ci, loomFloat32, loomSum, 70001, n - 1, Place::Out, 0));
   colltest::group_body(c, "socket, strangers");
-  if (c.rank == 0) {
+  if (c.rank == 1) {
     for (int fd : keep) close(fd);
     std::string log;
     auto t0 = Clock::now();
@@ -557,7 +566,7 @@ void stranger_body(const Ctx& c) {
     }
     // "closed before a complete hello", or on a slow day "no complete hello in time".
     EXPECT_EQ(count_of(log, "complete hello"), 2) << log;
-    EXPECT_EQ(count_of(log, "refused a connection"), 8) << log;
+    EXPECT_EQ(count_of(log, "refused a connection"), 9) << log;
   }
   small_allreduce(c);
 }

@@ -8,7 +8,8 @@
  * can at once (before that, it kicks the engine's thread); test() reads the
  * connection's atomic completion count and, while the transfer is not done,
  * progresses the connection when its lock is free. At init every rank opens one listening socket
- * for the communicator and all ranks exchange its address. */
+ * for the communicator and all ranks exchange its address; the two directions between two ranks
+ * share the streams of one link per lane (socket.h). */
 #include "transport/socket/socket.h"
 
 #include <errno.h>
@@ -91,8 +92,7 @@ void sock_conn_kick(struct sock_conn* c) {
 
 void sock_conn_free(struct sock_conn* c) {
   struct loom_comm* comm = c->base.comm;
-  for (int i = 0; i < SOCK_MAX_STREAMS; i++) {
-    if (c->streams[i].fd >= 0) sock_close(c->streams[i].fd);
+  for (int i = 0; i < SOCK_MAX_STREAMS; i++) { /* the sockets are its link's */
     if (c->streams[i].bounce) memstat_sub(comm, MEM_STAGING, c->base.peer, sock_bounce_bytes(c));
     free(c->streams[i].bounce);
     if (c->streams[i].rbuf) memstat_sub(comm, MEM_STAGING, c->base.peer, SOCK_RBUF_BYTES);
@@ -137,14 +137,12 @@ static loomResult_t socket_connect(struct loom_comm* comm, int peer, int is_send
   c->ring = ring;
   c->cap = SOCK_RING_FIRST;
   memstat_add(comm, MEM_CONN, peer, sizeof(*c) + c->cap * sizeof(*c->ring));
-  c->nstreams = is_send ? sc->nstreams : 0; /* a receiver learns it from the hellos */
   for (int i = 0; i < SOCK_MAX_STREAMS; i++) {
     c->streams[i].conn = c;
     c->streams[i].index = i;
     c->streams[i].fd = -1;
     c->streams[i].frame = -1;
   }
-  c->connect_dl = deadline_in_ms(comm->timeout_ms);
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_lock(&sc->lock);
   /* Under the lock: the engine's fail callback breaks what is on the list. */
@@ -215,8 +213,10 @@ static loomResult_t socket_post(struct conn* base, struct xfer* x) {
   if (base->is_send) {
     size_t chunk = c->sc->chunk;
     m->nframes = x->bytes == 0 ? 1 : (uint32_t)LOOM_DIV_UP(x->bytes, chunk);
-    m->first = c->rr;
-    c->rr = (uint32_t)((c->rr + m->nframes) % (uint32_t)c->nstreams);
+    if (c->nstreams > 0) { /* else dealt when the link is up (the streams are counted then) */
+      m->first = c->rr;
+      c->rr = (uint32_t)((c->rr + m->nframes) % (uint32_t)c->nstreams);
+    }
   }
   x->slot = (uint32_t)c->tail;
   c->tail++;
@@ -348,8 +348,8 @@ static loomResult_t socket_comm_init(struct loom_comm* comm, int used) {
       LOOM_ALIGN_UP(LOOM_MIN(LOOM_MAX(pm->socket_chunk, (size_t)4096), (size_t)64 << 20), 64);
   sc->bufsize = LOOM_MIN(pm->socket_bufsize, (size_t)1 << 30);
   sc->addrs = calloc((size_t)comm->nranks, sizeof(*sc->addrs));
-  sc->recv_by_key = calloc((size_t)comm->nranks * LANE_COUNT, sizeof(*sc->recv_by_key));
-  if (sc->addrs == NULL || sc->recv_by_key == NULL)
+  sc->links = calloc((size_t)comm->nranks * LANE_COUNT, sizeof(*sc->links));
+  if (sc->addrs == NULL || sc->links == NULL)
     return err_set(comm, loomSystemError, "out of memory");
   union sock_addr mine;
   memset(&mine, 0, sizeof(mine));
@@ -367,7 +367,7 @@ static void socket_comm_fini(struct loom_comm* comm, int failed) {
   if (sc->listen_fd >= 0) close(sc->listen_fd);
   pthread_mutex_destroy(&sc->lock);
   free(sc->addrs);
-  free(sc->recv_by_key);
+  free(sc->links);
   free(sc);
   *slot = NULL;
 }

@@ -15,14 +15,25 @@
  * know that no byte of a withdrawn transfer moves once they return.
  * Completion is published through an atomic counter, read without the lock.
  *
- * Wire. The connecting side (the sender) opens nstreams TCP streams per
- * (peer, direction, lane) connection and starts each with a struct
- * sock_hello. Then every message goes as one or more frames, each a struct
- * sock_frame and len payload bytes; the frames of a message are cut at
- * LOOM_SOCKET_CHUNK and dealt round robin over the streams. The receiver
- * needs no knowledge of the dealing: each frame says which message it
- * belongs to and where its bytes go. Host byte order: both ends run the
- * same build (a foreign byte order fails the magic checks). */
+ * Wire. Two ranks share one link per lane: nstreams TCP streams that carry
+ * both directions, so that what one rank sends back carries the TCP
+ * acknowledgements of what it received (no bare acknowledgement per message
+ * each way), and a pair costs nstreams descriptors a side, not twice as many.
+ * The lower rank of the pair opens the streams (a rank's link to itself
+ * opens them to its own listener: it writes the connected ends and reads the
+ * accepted ones) and starts each with a struct sock_hello; the higher rank
+ * accepts them and takes their count from the hellos. The two directions
+ * are two connections (struct sock_conn), each with its own messages, lock
+ * and per-stream progress, on the link's sockets: a send and a receive on
+ * one socket from two threads at once are independent. Lanes keep links of
+ * their own: a frame that waits for its receive to be posted holds up the
+ * frames behind it on its stream, and one lane must not wait for another.
+ * Every message goes as one or more frames, each a struct sock_frame and
+ * len payload bytes; the frames of a message are cut at LOOM_SOCKET_CHUNK
+ * and dealt round robin over the streams. The receiver needs no knowledge of
+ * the dealing: each frame says which message it belongs to and where its
+ * bytes go. Host byte order: both ends run the same build (a foreign byte
+ * order fails the magic checks). */
 #ifndef LOOM_TRANSPORT_SOCKET_H
 #define LOOM_TRANSPORT_SOCKET_H
 
@@ -42,7 +53,7 @@ static inline const char* sock_lane_name(int lane) {
 
 #define SOCK_HELLO_MAGIC 0x4c4d534bu /* "LMSK" */
 #define SOCK_FRAME_MAGIC 0x4c4d4652u /* "LMFR" */
-#define SOCK_WIRE_VERSION 1
+#define SOCK_WIRE_VERSION 2          /* 2: links carry both directions */
 #define SOCK_MAX_STREAMS 16
 /* A connection that has not said a complete hello by then is dropped. */
 #define SOCK_HELLO_MS 10000
@@ -82,25 +93,24 @@ struct sock_msg {
 
 enum sock_stream_state {
   ST_IDLE,       /* no socket yet */
-  ST_CONNECTING, /* sender: connect() in flight */
-  ST_RETRY,      /* sender: waiting to connect again */
+  ST_CONNECTING, /* the opening side: connect() in flight */
+  ST_RETRY,      /* the opening side: waiting to connect again */
+  ST_HELLO,      /* the opening side: connected, its hello not all sent */
   ST_UP,
   ST_FINISHED /* the peer closed it at a frame boundary */
 };
 
 struct sock_conn;
+struct sock_link;
 
+/* One direction's progress on one stream of its link, under the connection's
+ * lock. */
 struct sock_stream {
   struct sock_conn* conn;
   int index;
-  int fd;
-  struct progress_fd* watch; /* the engine's handle of fd (its thread's) */
+  int fd; /* the link's socket (-1 until the link is up); the link closes it */
   enum sock_stream_state state;
   /* Sender. */
-  uint64_t retry_at_ns;
-  long long backoff_ms;
-  size_t hello_sent;
-  struct sock_hello hello;
   uint64_t seq;  /* the message whose frames it sends now */
   int64_t frame; /* its next frame in that message; -1: not worked out */
   struct sock_frame out;
@@ -129,13 +139,12 @@ struct sock_conn {
   uint64_t cap, head, tail;
   int dead;      /* cancelled or closed: touch none of its buffers */
   int peer_gone; /* the peer closed its end; why says how */
-  int nstreams;  /* receiver: 0 until the first hello */
-  int nup;       /* streams up */
+  int nstreams;  /* the link's, once it is up (0 before) */
   uint32_t rr;   /* sender: the stream of the next frame dealt */
   struct sock_stream streams[SOCK_MAX_STREAMS];
   /* Read without the lock. */
   _Atomic uint64_t completed; /* messages before this one are done */
-  _Atomic int up;             /* every stream is up */
+  _Atomic int up;             /* its link is up: every stream has its socket */
   _Atomic int broken;         /* set once, after why and code */
   loomResult_t code;
   char why[256];
@@ -145,22 +154,47 @@ struct sock_conn {
   struct sock_conn* next_dirty;
   struct sock_conn* next_closing;
   /* The engine thread's own. */
+  struct sock_link* link;
   struct sock_conn* next_all;
   struct sock_conn* prev_all;
   struct sock_conn* next_batch;
-  int in_batch;   /* on this round's list of connections to progress */
-  int connecting; /* sender, counted in sc->nconnecting */
-  struct deadline connect_dl;
+  int in_batch; /* on this round's list of connections to progress */
 };
 
-/* A stream whose hello was right, parked until this rank makes the
- * receiving connection it names. Unwatched until then. (Before its hello
- * a connection belongs to the accept set.) */
-struct sock_pending {
+/* One TCP stream of a link, the engine thread's. */
+struct sock_sock {
+  struct sock_link* link;
+  int index;
   int fd;
-  union sock_addr addr;
+  int in;                    /* the accepted end of a rank's link to itself: its reads */
+  struct progress_fd* watch; /* the engine's handle of fd */
+  enum sock_stream_state state;
+  /* The opening side. */
+  uint64_t retry_at_ns;
+  long long backoff_ms;
+  size_t hello_sent;
   struct sock_hello hello;
-  struct sock_pending* next;
+};
+
+/* What two ranks share on one lane (the engine thread's): the streams, and
+ * the connections of the two directions that use them once made. */
+struct sock_link {
+  struct sock_comm* sc;
+  int peer, lane;
+  int opens;    /* this rank opens the streams: the lower rank, or a link to itself */
+  int started;  /* the opening side began to connect */
+  int nstreams; /* 0 until known (the accepting side: the first hello) */
+  int up;
+  int connecting; /* counted in sc->nconnecting */
+  struct deadline connect_dl;
+  int broken;
+  loomResult_t code;
+  char why[256];
+  struct sock_conn* send;
+  struct sock_conn* recv;
+  struct sock_sock socks[SOCK_MAX_STREAMS];
+  struct sock_sock self_in[SOCK_MAX_STREAMS]; /* a link to itself: the accepted ends */
+  struct sock_link* next_all;
 };
 
 /* The transport's state for one communicator. */
@@ -186,14 +220,14 @@ struct sock_comm {
   _Atomic int engine_failed;
   char engine_why[128];
   /* The engine thread's own. */
-  struct sock_conn* batch;        /* connections to progress this round */
-  struct sock_conn** recv_by_key; /* [lane * nranks + peer] */
+  struct sock_conn* batch;     /* connections to progress this round */
+  struct sock_link** links;    /* [lane * nranks + peer], made on first use */
+  struct sock_link* all_links; /* the same, as a list */
   struct sock_conn* all;
   /* Accepted connections until their hello is through: bounded, with
    * deadlines and eviction, so strangers cannot use up the descriptors. */
   struct accept_set* accept;
-  struct sock_pending* parked; /* at most one per (peer, lane, stream) */
-  int nconnecting;             /* sender connections not up yet (they retry on a timer) */
+  int nconnecting; /* links whose streams are not all up (they retry on a timer) */
 };
 
 /* ---- socket.c: helpers the thread uses ---- */
@@ -217,9 +251,9 @@ void sock_conn_free(struct sock_conn* c);
 
 /* The wire checks, pure (the fuzz harnesses call them on outside input). Each returns NULL or
  * why the header cannot be taken. A hello arriving at rank self of a communicator (buf holds
- * a formatted reason); a frame header by itself, head being the first message not retired; a
- * frame against its message so far (nframes: 0 until a frame said it; reduce_esize: the
- * element size of a receive that reduces, else 0). */
+ * a formatted reason; only a lower rank, or self, opens a link); a frame header by itself, head
+ * being the first message not retired; a frame against its message so far (nframes: 0 until a frame
+ * said it; reduce_esize: the element size of a receive that reduces, else 0). */
 const char* sock_hello_problem(const struct sock_hello* h, uint64_t secret, uint64_t comm_hash,
                                int nranks, int self, char* buf, size_t len);
 const char* sock_frame_problem(const struct sock_frame* f, uint64_t head);
@@ -235,9 +269,6 @@ static inline size_t sock_bounce_bytes(const struct sock_conn* c) {
  * one recv (and the next header with the rest of a larger one). */
 #define SOCK_RBUF_BYTES (16u << 10)
 
-/* What the engine watches a stream for (PROGRESS_*). */
-unsigned sock_stream_events(const struct sock_conn* c);
-
 /* ---- socket_net.c: the transport's side of the progress engine ---- */
 
 /* Joins the communicator's progress engine (starting its thread) and
@@ -251,7 +282,5 @@ void sock_net_stop(struct sock_comm* sc);
 
 /* Moves what it can on every stream of c without waiting. */
 void sock_stream_progress(struct sock_conn* c);
-/* A sender stream just connected: its hello goes first. */
-void sock_stream_hello_init(struct sock_conn* c, struct sock_stream* s);
 
 #endif

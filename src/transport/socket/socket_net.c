@@ -1,26 +1,37 @@
 /* socket_net.c - the socket transport as a client of the communicator's
  * progress engine (transport/progress.h): the engine watches the listener
- * (through the accept set) and every stream, and calls back here on its
- * thread; the executor hands over new connections, posted transfers and
- * closed connections through three lists and the engine's wake-up.
+ * (through the accept set) and every stream of every link, and calls back
+ * here on its thread; the executor hands over new connections, posted
+ * transfers and closed connections through three lists and the engine's
+ * wake-up.
+ *
+ * Links (socket.h, "Wire"): a connection is made for one direction; its link
+ * (peer, lane) is found or made when the engine adopts it. The lower rank's
+ * link opens the streams as soon as either direction is made; the higher
+ * rank's link is made by whichever comes first, a connection of its own or
+ * the peer's hello. A link is up once every stream is (the opening side: its
+ * hello sent; the accepting side: its hello read), and then every
+ * connection on it is up, now or when it is made.
  *
  * An engine round: the callbacks of the descriptors with events (accepting,
- * a stream's event adds its connection to the round's batch), then
+ * a stream's event adds the link's connections to the round's batch), then
  * sock_net_progress: the executor's lists, then progress every connection
  * of the batch, then timers; connections closed by the executor are freed
- * last. The engine waits until the accept set's next deadline, at most
- * SOCK_TICK_MS while a connect retries (the timeout sock_net_progress asks
- * for).
+ * last. Links live until the transport stops. The engine waits until the
+ * accept set's next deadline, at most SOCK_TICK_MS while a connect retries
+ * (the timeout sock_net_progress asks for).
  *
  * Accepting never blocks the thread: the listener's connections belong to
  * an accept set (core/accept.h) until their hello is through, which reads
  * each hello without blocking, bounds how many wait and for how long
  * (SOCK_HELLO_MS), and evicts the silent when full or near the descriptor
  * limit. Whatever is not a correct hello for this communicator and rank
- * (garbage, a wrong secret, an unknown rank, silence) costs a close and a
- * WARN line under the set's rate limit; the communicator never sees it. */
+ * (garbage, a wrong secret, an unknown rank, a rank that should be
+ * accepting, silence) costs a close and a WARN line under the set's rate
+ * limit; the communicator never sees it. */
 #include <errno.h>
 #include <netinet/tcp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,43 +41,134 @@
 #include "transport/socket/socket.h"
 
 #define SOCK_TICK_MS 10
+#define SOCK_EVENTS (PROGRESS_IN | PROGRESS_OUT | PROGRESS_RDHUP | PROGRESS_EDGE)
 
 static void batch_add(struct sock_comm* sc, struct sock_conn* c) {
-  if (c->in_batch) return;
+  if (c == NULL || c->in_batch) return;
   c->in_batch = 1;
   c->next_batch = sc->batch;
   sc->batch = c;
 }
 
-static void stream_on_event(void* arg, unsigned events, int err);
+static void sock_on_event(void* arg, unsigned events, int err);
 
-/* The engine watches s (its fd set) from now on. Returns 0 or the errno. */
-static int stream_watch(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s) {
-  return progress_fd_add(sc->client, s->fd, sock_stream_events(c), stream_on_event, s, &s->watch);
+/* The engine watches k (its fd set) from now on. Returns 0 or the errno. */
+static int sock_watch(struct sock_comm* sc, struct sock_sock* k) {
+  return progress_fd_add(sc->client, k->fd, SOCK_EVENTS, sock_on_event, k, &k->watch);
 }
 
-/* Before s's fd is closed. After the client left the engine, the handles
+/* Before k's fd is closed. After the client left the engine, the handles
  * are gone already. */
-static void stream_unwatch(struct sock_comm* sc, struct sock_stream* s) {
-  if (s->watch != NULL && sc->client != NULL) progress_fd_del(s->watch);
-  s->watch = NULL;
+static void sock_unwatch(struct sock_comm* sc, struct sock_sock* k) {
+  if (k->watch != NULL && sc->client != NULL) progress_fd_del(k->watch);
+  k->watch = NULL;
+}
+
+static void stream_tune(const struct sock_comm* sc, int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* frames are latency-bound */
+  if (sc->bufsize > 0) {
+    int b = (int)sc->bufsize;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
+  }
+}
+
+/* ---- Links ------------------------------------------------------------------ */
+
+static int link_self(const struct sock_link* l) {
+  return l->peer == l->sc->comm->rank;
+}
+
+/* The link of (peer, lane), made on first use; NULL when memory ran short. */
+static struct sock_link* link_get(struct sock_comm* sc, int peer, int lane) {
+  size_t key = (size_t)lane * (size_t)sc->comm->nranks + (size_t)peer;
+  if (sc->links[key] != NULL) return sc->links[key];
+  struct sock_link* l = calloc(1, sizeof(*l));
+  if (l == NULL) return NULL;
+  l->sc = sc;
+  l->peer = peer;
+  l->lane = lane;
+  l->opens = sc->comm->rank <= peer;
+  for (int i = 0; i < SOCK_MAX_STREAMS; i++) {
+    l->socks[i] = (struct sock_sock){.link = l, .index = i, .fd = -1};
+    l->self_in[i] = (struct sock_sock){.link = l, .index = i, .fd = -1, .in = 1};
+  }
+  memstat_add(sc->comm, MEM_CONN, peer, sizeof(*l));
+  sc->links[key] = l;
+  l->next_all = sc->all_links;
+  sc->all_links = l;
+  return l;
+}
+
+static void connecting_done(struct sock_comm* sc, struct sock_link* l) {
+  if (!l->connecting) return;
+  l->connecting = 0;
+  sc->nconnecting--;
+}
+
+/* The link's connection of one direction, now up: its streams take the
+ * link's sockets, and the messages posted so far are dealt over them. */
+static void conn_up(struct sock_link* l, struct sock_conn* c) {
+  pthread_mutex_lock(&c->lock);
+  c->nstreams = l->nstreams;
+  for (int i = 0; i < l->nstreams; i++) {
+    struct sock_stream* s = &c->streams[i];
+    s->fd = link_self(l) && !c->base.is_send ? l->self_in[i].fd : l->socks[i].fd;
+    s->state = ST_UP;
+    s->seq = 0;
+    s->frame = -1;
+  }
+  if (c->base.is_send)
+    for (uint64_t q = c->head; q < c->tail; q++) {
+      struct sock_msg* m = &c->ring[q & (c->cap - 1)];
+      m->first = c->rr;
+      c->rr = (uint32_t)((c->rr + m->nframes) % (uint32_t)c->nstreams);
+    }
+  pthread_mutex_unlock(&c->lock);
+  atomic_store_explicit(&c->up, 1, memory_order_release);
+  sock_wake_rank(l->sc);
+  batch_add(l->sc, c); /* what was posted, and what may be waiting already */
+}
+
+/* Every stream up (a link to itself: both ends of each)? Then the link is,
+ * and so are its connections. */
+static void link_check_up(struct sock_link* l) {
+  if (l->up || l->broken || l->nstreams == 0) return;
+  for (int i = 0; i < l->nstreams; i++) {
+    if (l->socks[i].state != ST_UP) return;
+    if (link_self(l) && l->self_in[i].state != ST_UP) return;
+  }
+  l->up = 1;
+  connecting_done(l->sc, l);
+  if (l->send) conn_up(l, l->send);
+  if (l->recv) conn_up(l, l->recv);
+}
+
+static void conn_break_locked(struct sock_conn* c, loomResult_t code, const char* why) {
+  pthread_mutex_lock(&c->lock);
+  sock_conn_break(c, code, "%s", why);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* The link cannot go on: both directions fail (now, or when made). */
+static void link_break(struct sock_link* l, loomResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void link_break(struct sock_link* l, loomResult_t code, const char* fmt, ...) {
+  if (!l->broken) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->why, sizeof(l->why), fmt, ap);
+    va_end(ap);
+    l->code = code;
+    l->broken = 1;
+  }
+  connecting_done(l->sc, l);
+  if (l->send) conn_break_locked(l->send, l->code, l->why);
+  if (l->recv) conn_break_locked(l->recv, l->code, l->why);
 }
 
 /* ---- Accepting --------------------------------------------------------------- */
-
-static void parked_unlink(struct sock_comm* sc, struct sock_pending* p) {
-  for (struct sock_pending** pp = &sc->parked; *pp; pp = &(*pp)->next)
-    if (*pp == p) {
-      *pp = p->next;
-      break;
-    }
-}
-
-/* Refuses a connection whose hello was complete (p is off the list). */
-static void pending_drop(struct sock_comm* sc, struct sock_pending* p, const char* why) {
-  accept_set_refuse(sc->accept, p->fd, &p->addr, why);
-  free(p);
-}
 
 const char* sock_hello_problem(const struct sock_hello* h, uint64_t secret, uint64_t comm_hash,
                                int nranks, int self, char* buf, size_t len) {
@@ -86,6 +188,11 @@ const char* sock_hello_problem(const struct sock_hello* h, uint64_t secret, uint
     snprintf(buf, len, "rank %d meant to reach rank %d, not this one", h->src, h->dst);
     return buf;
   }
+  if (h->src > self) {
+    snprintf(buf, len, "rank %d opened a link to rank %d: the lower rank of a pair opens it",
+             h->src, self);
+    return buf;
+  }
   if (h->lane >= LANE_COUNT || h->nstreams < 1 || h->nstreams > SOCK_MAX_STREAMS ||
       h->stream >= h->nstreams) {
     snprintf(buf, len, "rank %d sent lane %u, stream %u of %u", h->src, h->lane, h->stream,
@@ -95,88 +202,48 @@ const char* sock_hello_problem(const struct sock_hello* h, uint64_t secret, uint
   return NULL;
 }
 
-/* Makes a checked connection (off the parked list) a stream of c. Returns
- * why not, or NULL. */
-static const char* stream_attach(struct sock_comm* sc, struct sock_conn* c, struct sock_pending* p,
-                                 char* buf, size_t len) {
-  const struct sock_hello* h = &p->hello;
-  const char* why = NULL;
-  pthread_mutex_lock(&c->lock);
-  if (c->dead)
-    why = "its connection was already closed";
-  else if (c->nstreams != 0 && c->nstreams != h->nstreams) {
+/* A checked hello: its socket becomes a stream of its link. Returns why
+ * not, or NULL (the socket is the link's then). */
+static const char* hello_take(struct sock_comm* sc, int fd, const struct sock_hello* h, char* buf,
+                              size_t len) {
+  struct sock_link* l = link_get(sc, h->src, h->lane);
+  if (l == NULL) return "out of memory for its link";
+  if (l->broken) return "its link already failed";
+  if (l->nstreams != 0 && l->nstreams != h->nstreams) {
     snprintf(buf, len, "rank %d announced %u streams, its earlier streams %d", h->src, h->nstreams,
-             c->nstreams);
-    why = buf;
-  } else if (c->streams[h->stream].fd >= 0) {
-    snprintf(buf, len, "rank %d opened stream %u twice", h->src, h->stream);
-    why = buf;
+             l->nstreams);
+    return buf;
   }
-  if (why == NULL) {
-    struct sock_stream* s = &c->streams[h->stream];
-    c->nstreams = h->nstreams;
-    s->fd = p->fd;
-    s->state = ST_UP;
-    if (++c->nup == c->nstreams) {
-      atomic_store_explicit(&c->up, 1, memory_order_release);
-      sock_wake_rank(sc);
-    }
+  struct sock_sock* k = link_self(l) ? &l->self_in[h->stream] : &l->socks[h->stream];
+  if (k->fd >= 0) {
+    snprintf(buf, len, "rank %d opened %s stream %u twice", h->src, sock_lane_name(h->lane),
+             h->stream);
+    return buf;
   }
-  pthread_mutex_unlock(&c->lock);
-  if (why != NULL) return why;
-  struct sock_stream* s = &c->streams[h->stream];
-  free(p); /* and h with it */
-  int err = stream_watch(sc, c, s);
-  if (err != 0) {
-    pthread_mutex_lock(&c->lock);
-    sock_conn_break(c, loomSystemError, "cannot watch socket stream %d from peer %d (%s lane): %s",
-                    s->index, c->base.peer, sock_lane_name(c->base.lane), strerror(err));
-    pthread_mutex_unlock(&c->lock);
-  }
+  l->nstreams = h->nstreams;
+  stream_tune(sc, fd); /* this end writes too */
+  k->fd = fd;
+  k->state = ST_UP;
+  int err = sock_watch(sc, k);
+  if (err != 0)
+    link_break(l, loomSystemError, "cannot watch socket stream %d with peer %d (%s lane): %s",
+               k->index, l->peer, sock_lane_name(l->lane), strerror(err));
+  link_check_up(l);
   return NULL;
-}
-
-/* A complete hello: check it, then attach or park. */
-static void hello_done(struct sock_comm* sc, struct sock_pending* p) {
-  char buf[160];
-  const char* why = sock_hello_problem(&p->hello, sc->secret, sc->comm->comm_hash, sc->comm->nranks,
-                                       sc->comm->rank, buf, sizeof(buf));
-  if (why != NULL) {
-    pending_drop(sc, p, why);
-    return;
-  }
-  const struct sock_hello* h = &p->hello;
-  struct sock_conn* c =
-      sc->recv_by_key[(size_t)h->lane * (size_t)sc->comm->nranks + (size_t)h->src];
-  if (c != NULL) {
-    why = stream_attach(sc, c, p, buf, sizeof(buf));
-    if (why != NULL)
-      pending_drop(sc, p, why);
-    else
-      batch_add(sc, c); /* data may be waiting already */
-    return;
-  }
-  for (struct sock_pending* q = sc->parked; q; q = q->next)
-    if (q->hello.src == h->src && q->hello.lane == h->lane && q->hello.stream == h->stream) {
-      snprintf(buf, sizeof(buf), "rank %d opened %s stream %u twice", h->src,
-               sock_lane_name(h->lane), h->stream);
-      pending_drop(sc, p, buf);
-      return;
-    }
-  p->next = sc->parked; /* until this rank makes its receiving connection */
-  sc->parked = p;
 }
 
 /* The accept set has a complete hello (accept_hello_fn). */
 static void hello_arrived(void* arg, int fd, const union sock_addr* addr, const void* hello,
                           size_t len) {
   struct sock_comm* sc = arg;
-  struct sock_pending* p = calloc(1, sizeof(*p));
-  if (p == NULL) return accept_set_refuse(sc->accept, fd, addr, "out of memory");
-  p->fd = fd;
-  p->addr = *addr;
-  memcpy(&p->hello, hello, LOOM_MIN(len, sizeof(p->hello)));
-  hello_done(sc, p);
+  struct sock_hello h;
+  memset(&h, 0, sizeof(h));
+  memcpy(&h, hello, LOOM_MIN(len, sizeof(h)));
+  char buf[160];
+  const char* why = sock_hello_problem(&h, sc->secret, sc->comm->comm_hash, sc->comm->nranks,
+                                       sc->comm->rank, buf, sizeof(buf));
+  if (why == NULL) why = hello_take(sc, fd, &h, buf, sizeof(buf));
+  if (why != NULL) accept_set_refuse(sc->accept, fd, addr, why);
 }
 
 /* A hello is a fixed 40 bytes; its fields are checked once it is whole. */
@@ -193,147 +260,155 @@ static void accept_on_event(void* arg, unsigned events, int err) {
   net_accept(arg);
 }
 
-/* ---- Connecting (senders) ---------------------------------------------------- */
-
-static void stream_tune(const struct sock_comm* sc, int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* frames are latency-bound */
-  if (sc->bufsize > 0) {
-    int b = (int)sc->bufsize;
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
-  }
-}
-
-static void connecting_done(struct sock_comm* sc, struct sock_conn* c) {
-  if (!c->connecting) return;
-  c->connecting = 0;
-  sc->nconnecting--;
-}
+/* ---- Opening (the lower rank) ------------------------------------------------ */
 
 /* A connect attempt failed with err: retry later, or give up. */
-static void connect_failed(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s,
+static void connect_failed(struct sock_comm* sc, struct sock_link* l, struct sock_sock* k,
                            int err) {
   char text[SOCK_ADDR_STRLEN];
-  sock_addr_str(&sc->addrs[c->base.peer], text, sizeof(text));
-  stream_unwatch(sc, s);
-  if (s->fd >= 0) close(s->fd);
-  s->fd = -1;
-  pthread_mutex_lock(&c->lock);
-  if (sock_connect_retryable(err) && !deadline_passed(&c->connect_dl)) {
-    s->state = ST_RETRY;
-    s->backoff_ms =
-        s->backoff_ms ? LOOM_MIN(2 * s->backoff_ms, SOCK_BACKOFF_MAX_MS) : SOCK_BACKOFF_FIRST_MS;
-    s->retry_at_ns = time_now_ns() + (uint64_t)s->backoff_ms * 1000000u;
+  sock_addr_str(&sc->addrs[l->peer], text, sizeof(text));
+  sock_unwatch(sc, k);
+  if (k->fd >= 0) close(k->fd);
+  k->fd = -1;
+  if (sock_connect_retryable(err) && !deadline_passed(&l->connect_dl)) {
+    k->state = ST_RETRY;
+    k->backoff_ms =
+        k->backoff_ms ? LOOM_MIN(2 * k->backoff_ms, SOCK_BACKOFF_MAX_MS) : SOCK_BACKOFF_FIRST_MS;
+    k->retry_at_ns = time_now_ns() + (uint64_t)k->backoff_ms * 1000000u;
   } else if (sock_connect_retryable(err)) {
-    sock_conn_break(c, loomTimeout, "could not connect to peer %d at %s within %lld ms (%s)",
-                    c->base.peer, text, c->base.comm->timeout_ms, strerror(err));
+    link_break(l, loomTimeout, "could not connect to peer %d at %s within %lld ms (%s)", l->peer,
+               text, sc->comm->timeout_ms, strerror(err));
   } else {
-    sock_conn_break(c, loomSystemError, "connect to peer %d at %s failed: %s", c->base.peer, text,
-                    strerror(err));
+    link_break(l, loomSystemError, "connect to peer %d at %s failed: %s", l->peer, text,
+               strerror(err));
   }
-  pthread_mutex_unlock(&c->lock);
 }
 
-static void stream_connect(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s) {
-  const union sock_addr* a = &sc->addrs[c->base.peer];
+static void sock_open(struct sock_comm* sc, struct sock_link* l, struct sock_sock* k) {
+  const union sock_addr* a = &sc->addrs[l->peer];
   int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    connect_failed(sc, c, s, errno);
+    connect_failed(sc, l, k, errno);
     return;
   }
   stream_tune(sc, fd);
-  s->fd = fd;
-  s->state = ST_CONNECTING;
+  k->fd = fd;
+  k->state = ST_CONNECTING;
   if (connect(fd, &a->sa, sock_addr_len(a)) != 0 && errno != EINPROGRESS) {
-    connect_failed(sc, c, s, errno);
+    connect_failed(sc, l, k, errno);
     return;
   }
   /* Edge-triggered: the first edge says the connect finished (or failed). */
-  int err = stream_watch(sc, c, s);
-  if (err != 0) connect_failed(sc, c, s, err);
+  int err = sock_watch(sc, k);
+  if (err != 0) connect_failed(sc, l, k, err);
 }
 
-static void connect_finish(struct sock_comm* sc, struct sock_conn* c, struct sock_stream* s) {
-  int err = 0;
-  socklen_t len = sizeof(err);
-  if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-  if (err == EINPROGRESS || err == EALREADY) return;
-  if (err != 0) {
-    connect_failed(sc, c, s, err);
+/* The opening side begins: nstreams connects to the peer's listener. */
+static void link_start(struct sock_comm* sc, struct sock_link* l) {
+  if (l->started || l->broken) return;
+  l->started = 1;
+  l->nstreams = sc->nstreams;
+  l->connecting = 1;
+  sc->nconnecting++;
+  l->connect_dl = deadline_in_ms(sc->comm->timeout_ms);
+  for (int i = 0; i < l->nstreams && !l->broken; i++) sock_open(sc, l, &l->socks[i]);
+}
+
+/* Sends what is left of k's hello; once it is all out, k is up. */
+static void hello_send(struct sock_comm* sc, struct sock_link* l, struct sock_sock* k) {
+  while (k->hello_sent < sizeof(k->hello)) {
+    ssize_t n = send(k->fd, (const char*)&k->hello + k->hello_sent,
+                     sizeof(k->hello) - k->hello_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      k->hello_sent += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* the next edge */
+    link_break(l, loomRemoteError, "peer %d closed socket stream %d (%s lane) before its hello: %s",
+               l->peer, k->index, sock_lane_name(l->lane), n < 0 ? strerror(errno) : "closed");
     return;
   }
-  pthread_mutex_lock(&c->lock);
-  s->state = ST_UP;
-  sock_stream_hello_init(c, s);
-  if (++c->nup == c->nstreams) {
-    connecting_done(sc, c);
-    atomic_store_explicit(&c->up, 1, memory_order_release);
-    sock_wake_rank(sc);
+  k->state = ST_UP;
+  link_check_up(l);
+}
+
+static void connect_finish(struct sock_comm* sc, struct sock_link* l, struct sock_sock* k) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err == EINPROGRESS || err == EALREADY) return;
+  if (err != 0) {
+    connect_failed(sc, l, k, err);
+    return;
   }
-  pthread_mutex_unlock(&c->lock);
-  batch_add(sc, c); /* the hello, and what is posted already */
-}
-
-/* A receiver never writes: anything readable on a sender's stream is its
- * close (or a broken peer). */
-static void send_stream_probe(struct sock_conn* c, struct sock_stream* s) {
-  char b;
-  ssize_t n;
-  do {
-    n = recv(s->fd, &b, 1, MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-  pthread_mutex_lock(&c->lock);
-  if (n > 0)
-    sock_conn_break(c, loomRemoteError, "peer %d wrote on a socket stream it only reads from",
-                    c->base.peer);
-  else
-    sock_conn_peer_gone(c,
-                        "peer %d closed its socket connection (%s lane, stream %d: %s): it "
-                        "aborted, failed or was destroyed",
-                        c->base.peer, sock_lane_name(c->base.lane), s->index,
-                        n == 0 ? "end of stream" : strerror(errno));
-  pthread_mutex_unlock(&c->lock);
-}
-
-unsigned sock_stream_events(const struct sock_conn* c) {
-  return PROGRESS_IN | PROGRESS_RDHUP | PROGRESS_EDGE | (c->base.is_send ? PROGRESS_OUT : 0);
+  struct sock_hello* h = &k->hello;
+  memset(h, 0, sizeof(*h));
+  h->magic = SOCK_HELLO_MAGIC;
+  h->version = SOCK_WIRE_VERSION;
+  h->bytes = sizeof(*h);
+  h->secret = sc->secret;
+  h->comm_hash = sc->comm->comm_hash;
+  h->src = sc->comm->rank;
+  h->dst = l->peer;
+  h->lane = (uint16_t)l->lane;
+  h->stream = (uint16_t)k->index;
+  h->nstreams = (uint16_t)l->nstreams;
+  k->hello_sent = 0;
+  k->state = ST_HELLO;
+  hello_send(sc, l, k);
 }
 
 /* A stream's event, on the engine's thread. While the executor polls, an
- * event on an up stream parks the stream (the engine's idle hand-over),
- * once per polling period, rather than waking this thread (and taking a
- * core from a polling rank) for every message. */
-static void stream_on_event(void* arg, unsigned events, int err) {
-  struct sock_stream* s = arg;
-  struct sock_conn* c = s->conn;
-  struct sock_comm* sc = c->sc;
+ * event on a stream of an up link parks the stream (the engine's idle
+ * hand-over), once per polling period, rather than waking this thread (and
+ * taking a core from a polling rank) for every message. */
+static void sock_on_event(void* arg, unsigned events, int err) {
+  struct sock_sock* k = arg;
+  struct sock_link* l = k->link;
+  struct sock_comm* sc = l->sc;
   if (err != 0) { /* the engine could not watch it again: nothing would move it */
+    link_break(l, loomSystemError, "lost the watch on socket stream %d with peer %d (%s lane): %s",
+               k->index, l->peer, sock_lane_name(l->lane), strerror(err));
+    return;
+  }
+  if (k->state == ST_CONNECTING) {
+    connect_finish(sc, l, k);
+    return;
+  }
+  if (k->state == ST_HELLO) {
+    hello_send(sc, l, k);
+    return;
+  }
+  if (k->state != ST_UP) return;
+  int gone = (events & (PROGRESS_RDHUP | PROGRESS_HUP | PROGRESS_ERR)) != 0;
+  if (!l->up) {
+    /* What comes before the link is up waits in the socket; a peer that
+     * leaves before then fails the link at once. */
+    if (gone)
+      link_break(l, loomRemoteError,
+                 "peer %d closed socket stream %d (%s lane) before the link was up: it aborted, "
+                 "failed or was destroyed",
+                 l->peer, k->index, sock_lane_name(l->lane));
+    return;
+  }
+  /* The receiving direction reads the peer's close at the end of its
+   * bytes; the sending one learns it here, also while the executor polls
+   * (a rank's link to itself closes only with the rank). */
+  if (gone && l->send != NULL && !link_self(l)) {
+    struct sock_conn* c = l->send;
     pthread_mutex_lock(&c->lock);
-    sock_conn_break(
-        c, loomSystemError, "lost the watch on socket stream %d %s peer %d (%s lane): %s", s->index,
-        c->base.is_send ? "to" : "from", c->base.peer, sock_lane_name(c->base.lane), strerror(err));
+    sock_conn_peer_gone(c,
+                        "peer %d closed its socket connection (%s lane, stream %d): it aborted, "
+                        "failed or was destroyed",
+                        l->peer, sock_lane_name(l->lane), k->index);
     pthread_mutex_unlock(&c->lock);
-    return;
   }
-  /* Once every stream is up, states change only under c->lock (the executor
-   * moves bytes too): progress looks at them there. */
-  int up = atomic_load_explicit(&c->up, memory_order_acquire);
-  if (!up && s->state == ST_CONNECTING) {
-    connect_finish(sc, c, s);
-    return;
-  }
-  if (!up && s->state != ST_UP) return;
-  /* The executor only writes a sender's stream: the peer's close is seen
-   * here, also while the executor polls. */
-  if (c->base.is_send && (events & (PROGRESS_IN | PROGRESS_RDHUP | PROGRESS_HUP | PROGRESS_ERR)))
-    send_stream_probe(c, s);
   /* Parked, edge-triggered, only the peer's close (and hang-ups and errors,
-   * always reported): a sender's stream is probed for it above, a
-   * receiver's executor reads it anyway. */
-  if (up && progress_fd_park(s->watch, PROGRESS_EDGE | PROGRESS_RDHUP)) return;
-  batch_add(sc, c);
+   * always reported): the executor moves the bytes meanwhile. */
+  if (progress_fd_park(k->watch, PROGRESS_EDGE | PROGRESS_RDHUP)) return;
+  batch_add(sc, l->send);
+  batch_add(sc, l->recv);
 }
 
 /* ---- The executor's lists ------------------------------------------------------- */
@@ -343,22 +418,25 @@ static void conn_adopt(struct sock_comm* sc, struct sock_conn* c) {
   c->prev_all = NULL;
   if (sc->all) sc->all->prev_all = c;
   sc->all = c;
-  if (c->base.is_send) {
-    c->connecting = 1;
-    sc->nconnecting++;
-    for (int i = 0; i < c->nstreams; i++) stream_connect(sc, c, &c->streams[i]);
+  struct sock_link* l = link_get(sc, c->base.peer, c->base.lane);
+  if (l == NULL) {
+    conn_break_locked(c, loomSystemError, "out of memory for a socket link");
     return;
   }
-  sc->recv_by_key[(size_t)c->base.lane * (size_t)sc->comm->nranks + (size_t)c->base.peer] = c;
-  for (struct sock_pending *p = sc->parked, *next; p; p = next) {
-    next = p->next;
-    if (p->hello.src != c->base.peer || p->hello.lane != c->base.lane) continue;
-    parked_unlink(sc, p);
-    char buf[160];
-    const char* why = stream_attach(sc, c, p, buf, sizeof(buf));
-    if (why != NULL) pending_drop(sc, p, why);
+  c->link = l;
+  if (c->base.is_send)
+    l->send = c;
+  else
+    l->recv = c;
+  if (l->broken) {
+    conn_break_locked(c, l->code, l->why);
+    return;
   }
-  batch_add(sc, c);
+  if (l->up) {
+    conn_up(l, c);
+    return;
+  }
+  if (l->opens) link_start(sc, l);
 }
 
 static void conn_release(struct sock_comm* sc, struct sock_conn* c) {
@@ -367,11 +445,22 @@ static void conn_release(struct sock_comm* sc, struct sock_conn* c) {
   else if (sc->all == c)
     sc->all = c->next_all;
   if (c->next_all) c->next_all->prev_all = c->prev_all;
-  connecting_done(sc, c);
-  size_t key = (size_t)c->base.lane * (size_t)sc->comm->nranks + (size_t)c->base.peer;
-  if (!c->base.is_send && sc->recv_by_key[key] == c) sc->recv_by_key[key] = NULL;
-  for (int i = 0; i < SOCK_MAX_STREAMS; i++) stream_unwatch(sc, &c->streams[i]);
+  struct sock_link* l = c->link;
+  if (l != NULL && l->send == c) l->send = NULL;
+  if (l != NULL && l->recv == c) l->recv = NULL;
   sock_conn_free(c);
+}
+
+static void link_free(struct sock_comm* sc, struct sock_link* l) {
+  for (int i = 0; i < SOCK_MAX_STREAMS; i++)
+    for (int side = 0; side < 2; side++) {
+      struct sock_sock* k = side ? &l->self_in[i] : &l->socks[i];
+      sock_unwatch(sc, k);
+      if (k->fd >= 0) sock_close(k->fd);
+      k->fd = -1;
+    }
+  memstat_sub(sc->comm, MEM_CONN, l->peer, sizeof(*l));
+  free(l);
 }
 
 /* ---- Timers --------------------------------------------------------------------- */
@@ -379,18 +468,15 @@ static void conn_release(struct sock_comm* sc, struct sock_conn* c) {
 static void net_timers(struct sock_comm* sc) {
   if (sc->nconnecting == 0) return;
   uint64_t now = time_now_ns();
-  for (struct sock_conn* c = sc->all; c; c = c->next_all) {
-    if (!c->connecting) continue;
-    if (atomic_load(&c->broken) || c->dead) {
-      connecting_done(sc, c);
-      continue;
-    }
-    for (int i = 0; i < c->nstreams; i++) {
-      struct sock_stream* s = &c->streams[i];
-      if (s->state == ST_RETRY && now >= s->retry_at_ns)
-        stream_connect(sc, c, s);
-      else if (s->state == ST_CONNECTING && deadline_passed(&c->connect_dl))
-        connect_failed(sc, c, s, ETIMEDOUT);
+  for (struct sock_link* l = sc->all_links; l; l = l->next_all) {
+    if (!l->connecting) continue;
+    for (int i = 0; i < l->nstreams && !l->broken; i++) {
+      struct sock_sock* k = &l->socks[i];
+      if (k->state == ST_RETRY && now >= k->retry_at_ns)
+        sock_open(sc, l, k);
+      else if ((k->state == ST_CONNECTING || k->state == ST_HELLO) &&
+               deadline_passed(&l->connect_dl))
+        connect_failed(sc, l, k, ETIMEDOUT);
     }
   }
 }
@@ -404,7 +490,8 @@ static void progress_batch(struct sock_comm* sc) {
     next = c->next_batch;
     c->in_batch = 0;
     pthread_mutex_lock(&c->lock);
-    if (!c->dead && !atomic_load_explicit(&c->broken, memory_order_relaxed))
+    if (!c->dead && !atomic_load_explicit(&c->broken, memory_order_relaxed) &&
+        atomic_load_explicit(&c->up, memory_order_acquire))
       sock_stream_progress(c);
     pthread_mutex_unlock(&c->lock);
   }
@@ -494,7 +581,7 @@ loomResult_t sock_net_start(struct sock_comm* sc) {
 void sock_net_stop(struct sock_comm* sc) {
   /* From here on no callback runs, and the engine's handles of the
    * streams and the listener are gone: what is left is this thread's. */
-  progress_client_remove(sc->client);
+  if (sc->client != NULL) progress_client_remove(sc->client);
   sc->client = NULL;
   sc->accept_watch = NULL;
   /* What the engine did not get to (it stopped early, or never ran). */
@@ -511,11 +598,11 @@ void sock_net_stop(struct sock_comm* sc) {
   }
   while (sc->all) conn_release(sc, sc->all);
   sc->new_list = sc->dirty_list = sc->closing_list = NULL;
-  while (sc->parked) {
-    struct sock_pending* p = sc->parked;
-    sc->parked = p->next;
-    sock_close(p->fd);
-    free(p);
+  while (sc->all_links) {
+    struct sock_link* l = sc->all_links;
+    sc->all_links = l->next_all;
+    sc->links[(size_t)l->lane * (size_t)sc->comm->nranks + (size_t)l->peer] = NULL;
+    link_free(sc, l);
   }
   accept_set_destroy(sc->accept);
   sc->accept = NULL;

@@ -1,7 +1,8 @@
-/* socket_stream.c - frames on the streams of one connection, moved under
- * the connection's lock (by the executor or the network thread), never
- * waiting: each stream
- * goes as far as the socket lets it (EAGAIN) or as far as what is posted.
+/* socket_stream.c - frames on the streams of one connection (one direction
+ * of a link: socket.h), moved under the connection's lock (by the executor
+ * or the network thread), never waiting: each stream goes as far as the
+ * socket lets it (EAGAIN) or as far as what is posted. The other direction
+ * reads or writes the same sockets under its own lock.
  *
  * Sender: frame k of message m goes on stream (first(m) + k) % nstreams,
  * where first(m) continues the round robin of the message before, so small
@@ -45,26 +46,6 @@ static void stream_lost(struct sock_conn* c, struct sock_stream* s, int err) {
                   err == 0 ? "end of stream" : strerror(err));
 }
 
-void sock_stream_hello_init(struct sock_conn* c, struct sock_stream* s) {
-  struct loom_comm* comm = c->base.comm;
-  struct sock_hello* h = &s->hello;
-  memset(h, 0, sizeof(*h));
-  h->magic = SOCK_HELLO_MAGIC;
-  h->version = SOCK_WIRE_VERSION;
-  h->bytes = sizeof(*h);
-  h->secret = c->sc->secret;
-  h->comm_hash = comm->comm_hash;
-  h->src = comm->rank;
-  h->dst = c->base.peer;
-  h->lane = (uint16_t)c->base.lane;
-  h->stream = (uint16_t)s->index;
-  h->nstreams = (uint16_t)c->nstreams;
-  s->hello_sent = 0;
-  s->seq = 0;
-  s->frame = -1;
-  s->out_done = 0;
-}
-
 /* ---- Sender ------------------------------------------------------------------ */
 
 /* The message whose frame s sends next, or NULL when nothing posted is for s. */
@@ -95,25 +76,7 @@ static void frame_fill(struct sock_conn* c, struct sock_stream* s, const struct 
   s->out.offset = off;
 }
 
-/* Returns 1 when the hello is out. */
-static int send_hello(struct sock_conn* c, struct sock_stream* s) {
-  while (s->hello_sent < sizeof(s->hello)) {
-    ssize_t n = send(s->fd, (const char*)&s->hello + s->hello_sent,
-                     sizeof(s->hello) - s->hello_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      s->hello_sent += (size_t)n;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    stream_lost(c, s, n < 0 ? errno : 0);
-    return 0;
-  }
-  return 1;
-}
-
 static void send_progress(struct sock_conn* c, struct sock_stream* s) {
-  if (!send_hello(c, s)) return;
   struct sock_msg* m;
   while ((m = send_next(c, s)) != NULL) {
     if (s->out_done == 0) frame_fill(c, s, m);
