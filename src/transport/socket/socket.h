@@ -197,6 +197,17 @@ struct sock_link {
   struct sock_link* next_all;
 };
 
+/* A stream whose hello was right, parked until this rank makes the link it
+ * names (its first connection to that peer on that lane): nothing is held
+ * for a peer before this rank needs it. Unwatched until then. (Before its
+ * hello a connection belongs to the accept set.) */
+struct sock_pending {
+  int fd;
+  union sock_addr addr;
+  struct sock_hello hello;
+  struct sock_pending* next;
+};
+
 /* The transport's state for one communicator. */
 struct sock_comm {
   struct loom_comm* comm;
@@ -227,7 +238,8 @@ struct sock_comm {
   /* Accepted connections until their hello is through: bounded, with
    * deadlines and eviction, so strangers cannot use up the descriptors. */
   struct accept_set* accept;
-  int nconnecting; /* links whose streams are not all up (they retry on a timer) */
+  struct sock_pending* parked; /* at most one per (peer, lane, stream) */
+  int nconnecting;             /* links whose streams are not all up (they retry on a timer) */
 };
 
 /* ---- socket.c: helpers the thread uses ---- */

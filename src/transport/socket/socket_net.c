@@ -6,12 +6,13 @@
  * wake-up.
  *
  * Links (socket.h, "Wire"): a connection is made for one direction; its link
- * (peer, lane) is found or made when the engine adopts it. The lower rank's
- * link opens the streams as soon as either direction is made; the higher
- * rank's link is made by whichever comes first, a connection of its own or
- * the peer's hello. A link is up once every stream is (the opening side: its
- * hello sent; the accepting side: its hello read), and then every
- * connection on it is up, now or when it is made.
+ * (peer, lane) is found or made when the engine adopts it, so nothing is
+ * held for a peer before this rank needs it. The lower rank's link opens the
+ * streams as soon as either direction is made; on the higher rank a peer's
+ * hellos that come first are parked until this rank makes the link. A link
+ * is up once every stream is (the opening side: its hello sent; the
+ * accepting side: its hello read), and then every connection on it is up,
+ * now or when it is made.
  *
  * An engine round: the callbacks of the descriptors with events (accepting,
  * a stream's event adds the link's connections to the round's batch), then
@@ -232,7 +233,8 @@ static const char* hello_take(struct sock_comm* sc, int fd, const struct sock_he
   return NULL;
 }
 
-/* The accept set has a complete hello (accept_hello_fn). */
+/* The accept set has a complete hello (accept_hello_fn): checked, it goes to
+ * its link, or waits for this rank to make that link. */
 static void hello_arrived(void* arg, int fd, const union sock_addr* addr, const void* hello,
                           size_t len) {
   struct sock_comm* sc = arg;
@@ -242,8 +244,41 @@ static void hello_arrived(void* arg, int fd, const union sock_addr* addr, const 
   char buf[160];
   const char* why = sock_hello_problem(&h, sc->secret, sc->comm->comm_hash, sc->comm->nranks,
                                        sc->comm->rank, buf, sizeof(buf));
-  if (why == NULL) why = hello_take(sc, fd, &h, buf, sizeof(buf));
+  if (why == NULL && sc->links[(size_t)h.lane * (size_t)sc->comm->nranks + (size_t)h.src] != NULL) {
+    why = hello_take(sc, fd, &h, buf, sizeof(buf));
+  } else if (why == NULL) {
+    for (struct sock_pending* q = sc->parked; q && why == NULL; q = q->next)
+      if (q->hello.src == h.src && q->hello.lane == h.lane && q->hello.stream == h.stream) {
+        snprintf(buf, sizeof(buf), "rank %d opened %s stream %u twice", h.src,
+                 sock_lane_name(h.lane), h.stream);
+        why = buf;
+      }
+    struct sock_pending* p = why == NULL ? calloc(1, sizeof(*p)) : NULL;
+    if (why == NULL && p == NULL) why = "out of memory";
+    if (p != NULL) {
+      p->fd = fd;
+      p->addr = *addr;
+      p->hello = h;
+      p->next = sc->parked;
+      sc->parked = p;
+    }
+  }
   if (why != NULL) accept_set_refuse(sc->accept, fd, addr, why);
+}
+
+/* The parked streams of l's peer and lane join l, now made. */
+static void parked_take(struct sock_comm* sc, struct sock_link* l) {
+  for (struct sock_pending **pp = &sc->parked, *p; (p = *pp) != NULL;) {
+    if (p->hello.src != l->peer || p->hello.lane != l->lane) {
+      pp = &p->next;
+      continue;
+    }
+    *pp = p->next;
+    char buf[160];
+    const char* why = hello_take(sc, p->fd, &p->hello, buf, sizeof(buf));
+    if (why != NULL) accept_set_refuse(sc->accept, p->fd, &p->addr, why);
+    free(p);
+  }
 }
 
 /* A hello is a fixed 40 bytes; its fields are checked once it is whole. */
@@ -428,6 +463,7 @@ static void conn_adopt(struct sock_comm* sc, struct sock_conn* c) {
     l->send = c;
   else
     l->recv = c;
+  parked_take(sc, l);
   if (l->broken) {
     conn_break_locked(c, l->code, l->why);
     return;
@@ -603,6 +639,12 @@ void sock_net_stop(struct sock_comm* sc) {
     sc->all_links = l->next_all;
     sc->links[(size_t)l->lane * (size_t)sc->comm->nranks + (size_t)l->peer] = NULL;
     link_free(sc, l);
+  }
+  while (sc->parked) {
+    struct sock_pending* p = sc->parked;
+    sc->parked = p->next;
+    sock_close(p->fd);
+    free(p);
   }
   accept_set_destroy(sc->accept);
   sc->accept = NULL;
