@@ -433,16 +433,14 @@ static double exchanges(enum tune_coll coll, enum tune_algo a, int n) {
       return log2_floor(n) + ((1 << log2_floor(n)) != n ? 2 : 0);
     case TUNE_RHD:
       return (coll == TUNE_ALLREDUCE ? 2 : 1) * log2_floor(n) + ((1 << log2_floor(n)) != n ? 2 : 0);
-    case TUNE_TREE:
-      if (coll == TUNE_ALLREDUCE) return 2.5 * log2(n);
-      return coll == TUNE_REDUCE ? 1.5 * log2(n) + 1 : log2(n) + 1;
+    case TUNE_TREE: /* all-reduce: up the trees, then down */
+      return 2.5 * log2(n);
     case TUNE_ORDERED:
       return n;
     case TUNE_HIER:
     case TUNE_RING:
     default:
-      if (coll == TUNE_ALLREDUCE) return 2 * (n - 1);
-      return n - 1; /* all-gather, reduce-scatter; a broadcast's chain */
+      return coll == TUNE_ALLREDUCE ? 2 * (n - 1) : n - 1;
   }
 }
 
