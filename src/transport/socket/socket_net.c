@@ -15,7 +15,8 @@
  * now or when it is made.
  *
  * An engine round: the callbacks of the descriptors with events (accepting,
- * a stream's event adds the link's connections to the round's batch), then
+ * a stream's event adds the link's connection it concerns to the round's
+ * batch), then
  * sock_net_progress: the executor's lists, then progress every connection
  * of the batch, then timers; connections closed by the executor are freed
  * last. Links live until the transport stops. The engine waits until the
@@ -442,8 +443,11 @@ static void sock_on_event(void* arg, unsigned events, int err) {
   /* Parked, edge-triggered, only the peer's close (and hang-ups and errors,
    * always reported): the executor moves the bytes meanwhile. */
   if (progress_fd_park(k->watch, PROGRESS_EDGE | PROGRESS_RDHUP)) return;
-  batch_add(sc, l->send);
-  batch_add(sc, l->recv);
+  /* Each direction for what concerns it: bytes to read (or the close) for the
+   * receiving one, room to write for the sending one; an error for both. */
+  unsigned both = PROGRESS_HUP | PROGRESS_ERR;
+  if (events & (PROGRESS_IN | PROGRESS_RDHUP | both)) batch_add(sc, l->recv);
+  if (events & (PROGRESS_OUT | both)) batch_add(sc, l->send);
 }
 
 /* ---- The executor's lists ------------------------------------------------------- */
