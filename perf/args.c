@@ -10,7 +10,7 @@
 
 #include "common.h"
 
-enum { OPT_MEM = 1000 };
+enum { OPT_MEM = 1000, OPT_MIN_MS };
 
 static const struct option long_opts[] = {
     {"nthreads", required_argument, 0, 't'},
@@ -45,6 +45,7 @@ static const struct option long_opts[] = {
     {"per_iter_timing", required_argument, 0, 'I'},
     {"per_iter_skip", required_argument, 0, 'K'},
     {"mem", required_argument, 0, OPT_MEM},
+    {"min_ms", required_argument, 0, OPT_MIN_MS},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -98,6 +99,10 @@ static void usage(const char* tool) {
       "                           loomMemAlloc and register them (0)\n"
       "  -J, --output_file FILE   also write the results to FILE as JSON (docs/PERF.md)\n"
       "      --mem host|cuda      where the buffers live (host)\n"
+      "      --min_ms MS          time each size and placement for at least MS milliseconds:\n"
+      "                           after the -n iterations, as many more as their slowest\n"
+      "                           rank's mean says fill MS (every rank runs the same count;\n"
+      "                           at most 10^6 in all); 0: the -n iterations only (0)\n"
       "  -h, --help\n");
   printf(
       "Read differently from nccl-tests: -g counts host ranks, not GPUs; -T sets Loom's own\n"
@@ -303,6 +308,9 @@ static int parse_one(struct perf_opts* o, int c, const char* arg, int quiet) {
       break;
     case OPT_MEM:
       rc = parse_mem(o, arg, quiet);
+      break;
+    case OPT_MIN_MS:
+      rc = parse_int("--min_ms", arg, 0, 3600 * 1000, &o->min_ms, quiet);
       break;
     default:
       rc = parse_unsupported(c, arg, quiet);

@@ -7,6 +7,7 @@
  *
  * Each iteration moves its buffers by one row's extent within max_bytes, as nccl-tests does,
  * so that consecutive calls do not find their data in cache. */
+#include <math.h>
 #include <time.h>
 
 #include "harness.h"
@@ -165,13 +166,14 @@ static int check_rounds(struct perf_thread* t, const struct bench_case* bc,
 
 /* ---- Timing ---- */
 
-/* -n iterations of -m calls; the mean seconds of one call on this thread. */
+/* Iterations first..first+iters-1 of -m calls each; the seconds they took on this thread. */
 static int timed_loop(struct perf_thread* t, const struct bench_case* bc,
-                      const struct bench_size* bs, int in_place, double* sec_out) {
+                      const struct bench_size* bs, int in_place, int first, int iters,
+                      double* sec_out) {
   const struct perf_opts* o = t->w->o;
   int agg = o->agg_iters > 1;
   double t0 = now_s(), coll_only = 0;
-  for (int iter = 0; iter < o->iters; iter++) {
+  for (int iter = first; iter < first + iters; iter++) {
     double ti = o->blocking == 3 ? now_s() : 0;
     if (agg) loomGroupStart();
     for (int a = 0; a < o->agg_iters; a++)
@@ -188,8 +190,39 @@ static int timed_loop(struct perf_thread* t, const struct bench_case* bc,
     }
   }
   if (complete_coll(t)) return -1;
-  double total = o->blocking == 3 ? coll_only : now_s() - t0;
-  *sec_out = total / ((double)o->iters * (double)o->agg_iters);
+  *sec_out = o->blocking == 3 ? coll_only : now_s() - t0;
+  return 0;
+}
+
+/* The mean seconds of one call on this thread: -n iterations, then, under --min_ms, as many
+ * more as the slowest rank's mean of those says fill the time. Every rank agrees on the count
+ * through that one maximum, so every rank makes the same calls. */
+static int timed_calls(struct perf_thread* t, const struct bench_case* bc,
+                       const struct bench_size* bs, int in_place, double* sec_out,
+                       long* iters_out) {
+  const struct perf_opts* o = t->w->o;
+  double calls_per_iter = (double)o->agg_iters, sec;
+  long iters = o->iters;
+  if (timed_loop(t, bc, bs, in_place, 0, o->iters, &sec)) return -1;
+  if (o->min_ms > 0) {
+    double v[t->nlocal];
+    for (int g = 0; g < t->nlocal; g++) v[g] = sec;
+    if (perf_allreduce(t, v, loomFloat64, loomMax)) return -1;
+    double per_iter = v[0] / (double)o->iters, want = (double)o->min_ms * 1e-3;
+    double total = per_iter > 0 ? ceil(want / per_iter) : (double)PERF_MAX_TIMED_ITERS;
+    double most = (double)PERF_MAX_TIMED_ITERS / calls_per_iter; /* keeps iter * -m an int */
+    if (total > most) total = floor(most);
+    if (total > (double)o->iters) {
+      double more;
+      if (perf_barrier(t) ||
+          timed_loop(t, bc, bs, in_place, o->iters, (int)total - o->iters, &more))
+        return -1;
+      sec += more;
+      iters = (long)total;
+    }
+  }
+  *sec_out = sec / ((double)iters * calls_per_iter);
+  *iters_out = iters;
   return 0;
 }
 
@@ -219,7 +252,7 @@ static int bench_time(struct perf_thread* t, const struct bench_case* bc,
   if (o->check) init_data(t, bc, bs, in_place, 99);
   if (start_coll(t, bc, bs, in_place, 0, 0) || complete_coll(t) || perf_barrier(t)) return -1;
   double sec;
-  if (timed_loop(t, bc, bs, in_place, &sec) || reduce_time(t, &sec)) return -1;
+  if (timed_calls(t, bc, bs, in_place, &sec, &cell->iters) || reduce_time(t, &sec)) return -1;
   bandwidth(t, bs, sec, cell);
   if (perf_barrier(t)) return -1;
   cell->wrong = -1; /* N/A */

@@ -23,7 +23,8 @@
 #define PERF_VERSION "0.1.0"
 #define PERF_OP_MULSUM ((int)loomNumOps) /* op index of a PreMulSum made per rank */
 #define PERF_NUM_OPS (PERF_OP_MULSUM + 1)
-#define PERF_ALL (-1) /* -d all, -o all, -r -1 */
+#define PERF_ALL (-1)                /* -d all, -o all, -r -1 */
+#define PERF_MAX_TIMED_ITERS 1000000 /* --min_ms never times more iterations than this */
 
 /* Exit statuses: a failed run or wrong results, and bad usage. */
 enum { PERF_EXIT_FAIL = 1, PERF_EXIT_USAGE = 2 };
@@ -62,6 +63,7 @@ struct perf_opts {
   int timeout_s;      /* -T: the communicators' timeout; 0: Loom's default */
   int average;        /* -a 0 rank 0, 1 mean, 2 min, 3 max */
   int local_register; /* -R 0 none, 1 loomCommRegister, 2 loomMemAlloc + loomCommRegister */
+  int min_ms;         /* --min_ms: time each size for at least this long; 0: -n iterations */
   const char* json_path;
   const char* type_arg; /* as given, for the JSON header */
   const char* op_arg;

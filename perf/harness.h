@@ -26,6 +26,7 @@ struct perf_rank {
 struct perf_cell {
   double time_us, algbw, busbw;
   int64_t wrong; /* -1: not checked (N/A) */
+  long iters;    /* timed iterations: -n, or more under --min_ms */
 };
 
 struct perf_row {

@@ -73,6 +73,10 @@ void report_preamble(const struct perf_world* w) {
       NULL, "wait and barrier after each call", "wait after each call, no barrier",
       "wait and barrier after each iteration, the barrier not timed"};
   if (o->blocking) printf("# Blocking (-z %d): %s\n", o->blocking, blocking[o->blocking]);
+  if (o->min_ms)
+    printf(
+        "# Timed for at least %d ms a size and placement (--min_ms): -n is the fewest iterations\n",
+        o->min_ms);
   printf("# Ranks: %d (%d process%s x %d thread%s x %d per thread), memory: %s, registration: %s\n",
          w->nranks, w->nprocs, w->nprocs == 1 ? "" : "es", o->nthreads, o->nthreads == 1 ? "" : "s",
          o->ngpus, o->mem->name,
@@ -271,6 +275,7 @@ static void json_cell(FILE* f, const char* key, const struct perf_cell* c) {
   json_num(f, "%.6g", c->algbw);
   fprintf(f, ",\"busbw\":");
   json_num(f, "%.6g", c->busbw);
+  fprintf(f, ",\"iters\":%ld", c->iters);
   if (c->wrong < 0)
     fprintf(f, ",\"wrong\":null}");
   else

@@ -221,8 +221,16 @@ void measure(const GlooBench& b, size_t count, bool in_place, bench_result* r) {
   barrier(b.ctx);
   double t0 = now_seconds();
   for (int i = 0; i < b.o.iters; i++) call();
-  double mine = (now_seconds() - t0) / b.o.iters;
-  double slowest = reduce_double(b.ctx, mine, &gloo::max<double>);
+  double spent = now_seconds() - t0;
+  double slowest = reduce_double(b.ctx, spent / b.o.iters, &gloo::max<double>);
+  int more = bench_more_iters(&b.o, slowest);
+  if (more > 0) {  // --min_ms
+    barrier(b.ctx);
+    t0 = now_seconds();
+    for (int i = 0; i < more; i++) call();
+    spent += now_seconds() - t0;
+    slowest = reduce_double(b.ctx, spent / (b.o.iters + more), &gloo::max<double>);
+  }
   if (b.o.check) {
     bench_prepare_check(b.o.coll, b.o.root, b.send, b.recv, count, b.rank, b.nranks, in_place);
     call();

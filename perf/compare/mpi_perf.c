@@ -5,7 +5,8 @@
  *   mpiexec.mpich  -n 4  build-compare/compare/mpi_perf_mpich   -C alltoall ...
  *
  * Flags as nccl-tests (perf_common.h). What is timed, per size and per placement:
- *   -w warm-up calls, MPI_Barrier, -n calls, and the mean time of one call, max across ranks.
+ *   -w warm-up calls, MPI_Barrier, -n calls, and the mean time of one call, max across ranks
+ *   (under --min_ms, a barrier and as many more calls as fill the time, all of them in the mean).
  * Then, with -c 1, the buffers are filled with check values, one more call is made, and every
  * rank counts its wrong elements (their sum is the #wrong column).
  *
@@ -83,8 +84,9 @@ static long run_check(const struct mpi_bench* b, size_t count, int in_place) {
 }
 
 static int measure(const struct mpi_bench* b, size_t count, int in_place, struct bench_result* r) {
-  double t0, mine, slowest;
+  double t0, spent, mine, slowest;
   long wrong = -1;
+  int more;
   if (in_place) /* defined input; in-place sums still grow */
     bench_prepare_check(b->o.coll, b->o.root, b->send, b->recv, count, b->rank, b->nranks, 1);
   for (int i = 0; i < b->o.warmup; i++)
@@ -93,8 +95,18 @@ static int measure(const struct mpi_bench* b, size_t count, int in_place, struct
   t0 = MPI_Wtime();
   for (int i = 0; i < b->o.iters; i++)
     if (coll_call(b, count, in_place) != MPI_SUCCESS) return -1;
-  mine = (MPI_Wtime() - t0) / b->o.iters;
+  spent = MPI_Wtime() - t0;
+  mine = spent / b->o.iters;
   MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  more = bench_more_iters(&b->o, slowest);
+  if (more > 0) { /* --min_ms */
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    for (int i = 0; i < more; i++)
+      if (coll_call(b, count, in_place) != MPI_SUCCESS) return -1;
+    mine = (spent + MPI_Wtime() - t0) / (b->o.iters + more);
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  }
   if (b->o.check) wrong = run_check(b, count, in_place);
   fill_result(r, &b->o, count, b->nranks, slowest, wrong);
   return 0;

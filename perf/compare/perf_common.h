@@ -6,6 +6,8 @@
  *   -b MINBYTES -e MAXBYTES  sizes (suffixes K, M, G), both in bytes of the "size" column
  *   -f FACTOR | -i STEPBYTES  multiply by FACTOR (default 2) or add STEPBYTES
  *   -n ITERS -w WARMUP        timed iterations (default 20) and warm-up iterations (default 5)
+ *   --min_ms MS               time each size for at least MS ms: after the -n calls, as many
+ *                             more as the slowest rank's mean says fill MS (default 0: none)
  *   -c 0|1                    check the results of one extra call per size (default 1)
  *   -o sum|prod|max|min       reduction (default sum), -d float (the only datatype here)
  *   -r ROOT                   broadcast root (default 0)
@@ -25,6 +27,8 @@
 #define LOOM_PERF_COMPARE_COMMON_H
 
 #include <ctype.h>
+#include <getopt.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,6 +50,7 @@ struct bench_opts {
   size_t min_bytes, max_bytes, step_bytes; /* step_bytes 0: multiply by step_factor */
   double step_factor;
   int iters, warmup, check, root;
+  int min_ms; /* --min_ms; 0: the -n calls only */
   enum coll_kind coll;
   enum red_kind op;
   const char* algo; /* NULL: the library's default */
@@ -141,6 +146,7 @@ static inline void bench_usage(const char* prog, const char* extra) {
   fprintf(
       stderr,
       "usage: %s [-b MINBYTES] [-e MAXBYTES] [-f FACTOR | -i STEPBYTES] [-n ITERS] [-w WARMUP]\n"
+      "          [--min_ms MS]\n"
       "          [-c 0|1] [-o sum|prod|max|min] [-d float] [-r ROOT]\n"
       "          [-C allreduce|allgather|reducescatter|alltoall|broadcast] [-a ALGO]\n%s",
       prog, extra ? extra : "");
@@ -160,7 +166,10 @@ static inline int bench_parse_args(int argc, char** argv, struct bench_opts* o) 
   o->coll = COLL_ALLREDUCE;
   o->op = RED_SUM;
   o->algo = NULL;
-  while ((c = getopt(argc, argv, "b:e:f:i:n:w:c:o:d:r:C:a:h")) != -1) {
+  o->min_ms = 0;
+  static const struct option longs[] = {{"min_ms", required_argument, NULL, 'M'},
+                                        {NULL, 0, NULL, 0}};
+  while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:o:d:r:C:a:h", longs, NULL)) != -1) {
     int bad = 0;
     switch (c) {
       case 'b':
@@ -183,6 +192,10 @@ static inline int bench_parse_args(int argc, char** argv, struct bench_opts* o) 
       case 'w':
         o->warmup = atoi(optarg);
         bad = o->warmup < 0;
+        break;
+      case 'M':
+        o->min_ms = atoi(optarg);
+        bad = o->min_ms < 0 || o->min_ms > 3600 * 1000;
         break;
       case 'c':
         o->check = atoi(optarg) != 0;
@@ -222,6 +235,17 @@ static inline int bench_parse_args(int argc, char** argv, struct bench_opts* o) 
     return -1;
   }
   return 0;
+}
+
+/* Under --min_ms: how many calls to time after the first -n, whose mean on the slowest rank
+ * was slowest_mean seconds, so that all of them fill MS (at most 10^6 in all). Every rank
+ * passes the same maximum, so every rank makes the same calls. */
+static inline int bench_more_iters(const struct bench_opts* o, double slowest_mean) {
+  double want = (double)o->min_ms * 1e-3, total;
+  if (o->min_ms <= 0) return 0;
+  total = slowest_mean > 0 ? ceil(want / slowest_mean) : 1e6;
+  if (total > 1e6) total = 1e6;
+  return total > (double)o->iters ? (int)total - o->iters : 0;
 }
 
 static inline size_t bench_next_size(const struct bench_opts* o, size_t bytes) {

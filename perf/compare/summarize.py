@@ -610,8 +610,8 @@ def write_against_summary(out, runs, meta, placement):
     if rev["sha"] == work["sha"] and not dirty:
         md += ["", "Both sides are the same code: this run measures the noise (an A/A comparison)."]
     md += ["", "Command: `%s`" % meta.get("command"), ""]
-    md += ["Time: the median over the repeats of each run's time per call (mean of -n calls, max across "
-           "ranks), %s, float32, sum where the collective reduces; busbw from that time as nccl-tests. "
+    md += ["Time: the median over the repeats of each run's time per call (mean of -n calls, or more "
+           "under --min_ms, max across ranks), %s, float32, sum where the collective reduces; busbw from that time as nccl-tests. "
            "work/REV: the working tree's median time over REV's (below 1 the working tree is faster). "
            "Spread: (max - min) / median of one side's repeats. Noise: the larger spread of the two%s. "
            "Verdict: \"slower\" when work/REV > 1 + noise and every working-tree repeat was slower than "

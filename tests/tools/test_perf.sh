@@ -139,8 +139,31 @@ r=d["results"]
 print(d["tool"], d["library"], d["nranks"], d["mem"], d["registered"], len(r),
       sorted(r[0].keys()), sorted(r[0]["out_of_place"].keys()), d["out_of_bounds"],
       all(x["out_of_place"]["wrong"] == 0 and x["in_place"]["wrong"] == 0 for x in r))' "$json")
-  local want="all_reduce_perf loom 2 host False 7 ['count', 'in_place', 'out_of_place', 'redop', 'root', 'size', 'type'] ['algbw', 'busbw', 'time_us', 'wrong'] 0 True"
+  local want="all_reduce_perf loom 2 host False 7 ['count', 'in_place', 'out_of_place', 'redop', 'root', 'size', 'type'] ['algbw', 'busbw', 'iters', 'time_us', 'wrong'] 0 True"
   [ "$summary" = "$want" ] || { why="JSON content: $summary"; return 1; }
+}
+
+# --min_ms: more timed iterations than -n where -n calls take less than the time asked for
+# (2 calls of 8 bytes take microseconds, not 200 ms), the same count on every rank, the JSON's
+# "iters" saying how many, and the values still right. Without it, exactly -n.
+case_min_ms() {
+  local json=$TMP/minms.json counts
+  run "$LOOMRUN" -n 2 "$BIN/all_reduce_perf" -b 8 -e 64 -f 8 -n 2 -w 1 -c 1 --min_ms 200 -J "$json"
+  local rc=$?
+  [ $rc = 0 ] || { why="exit status $rc: $(tail -c 600 "$TMP/err")"; return 1; }
+  grep -q "^# Timed for at least 200 ms" "$TMP/out" || { why="no --min_ms line in the header"; return 1; }
+  counts=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]
+print(" ".join(str(x[p]["iters"]) for x in r for p in ("out_of_place", "in_place")))' "$json")
+  local c
+  for c in $counts; do
+    [ "$c" -gt 2 ] && [ "$c" -le 1000000 ] || { why="timed iterations $counts: not more than -n 2"; return 1; }
+  done
+  [ "$(echo "$counts" | wc -w)" = 4 ] || { why="iteration counts '$counts' for 2 sizes x 2 placements"; return 1; }
+  SIZES="8 64" check_rows all_reduce 2 || return 1
+  run "$BIN/all_reduce_perf" -t 2 -b 8 -e 8 -n 3 -w 0 -J "$json" || { why="without --min_ms: exit status $?"; return 1; }
+  counts=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]
+print(" ".join(str(x[p]["iters"]) for x in r for p in ("out_of_place", "in_place")))' "$json")
+  [ "$counts" = "3 3" ] || { why="without --min_ms: timed iterations $counts, not -n 3"; return 1; }
 }
 
 # A refusal: non-zero status, nothing on stdout's table, and a message naming the problem.
@@ -160,6 +183,7 @@ case_bad_flags() {
   refused "-b 1X: expected a size" "$BIN/all_gather_perf" -b 1X || return 1
   refused "unknown flag '--bogus'" "$BIN/alltoall_perf" --bogus || return 1
   refused "invalid sizes" "$BIN/broadcast_perf" -b 1M -e 1K || return 1
+  refused "--min_ms -5: expected an integer" "$BIN/all_reduce_perf" --min_ms -5 || return 1
   refused "-G 1: not supported" "$BIN/all_reduce_perf" -G 1 || return 1
   refused "root out of range" "$BIN/broadcast_perf" -t 2 -r 5 -b 8 -e 8 || return 1
   refused "root out of range" "$LOOMRUN" -n 2 "$BIN/gather_perf" -r 2 -b 8 -e 8
@@ -214,6 +238,7 @@ case_plot() {
 run_case "every datatype and op (-d all -o all, -t 3)" case_all_types
 run_case "-g 2 and -r -1 under loomrun" case_ranks_per_thread
 run_case "-J writes the results as JSON" case_json
+run_case "--min_ms times more iterations" case_min_ms
 run_case "bad flags are refused clearly" case_bad_flags
 run_case "--mem cuda is refused clearly" case_mem_cuda
 run_case "-R 1 and -R 2" case_register
