@@ -4,6 +4,7 @@
 #include "core/memkind.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,12 +42,26 @@ static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int cu_ok; /* the driver is attached: cu is usable */
 static int cu_load_tried; /* a dlopen that may load the driver failed: never again */
 
+static int is_libcuda(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size;
+  (void)arg;
+  const char* slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  const char* base = slash ? slash + 1 : info->dlpi_name;
+  return base && strncmp(base, "libcuda.so", 10) == 0;
+}
+
 /* Attaches to the CUDA driver. load 0: only when this process has loaded it
  * already (a host-only program never starts a driver, nor hands a started
- * one to the processes it forks); load 1: dlopen it if need be. */
+ * one to the processes it forks); load 1: dlopen it if need be. The look
+ * of load 0 walks the loaded objects first: a dlopen with RTLD_NOLOAD of a
+ * library that is not loaded still searches ld.so.cache, mapping and
+ * unmapping it each time, and with ranks outnumbering cores that look,
+ * every 4096 calls, made each 8-byte broadcast of 4 ranks on 2 vCPUs 1.6x
+ * slower (docs/PERFORMANCE.md, "Page faults on the call path"). */
 static void cu_attach(int load) {
   pthread_mutex_lock(&cu_lock);
   if (atomic_load(&cu_ok) || (load && cu_load_tried)) goto out;
+  if (!load && !dl_iterate_phdr(is_libcuda, NULL)) goto out;
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (!h && load) {
     cu_load_tried = 1;
