@@ -84,7 +84,7 @@ loomResult_t recorder_create(struct loom_comm* comm, struct recorder** out) {
    * write faults. On the 2-vCPU VM of docs/PERFORMANCE.md a fault cost 13 us where populating
    * the map cost under 1 us a page, and with ranks outnumbering cores a rank that faults loses
    * its core: a communicator's first 2048 calls (the default ring, 64 pages) ran 1.5x slower
-   * ("The recorder's pages"). Zero, as a fresh anonymous map is. */
+   * (docs/PERFORMANCE.md, "Page faults on the call path"). Zero, as a fresh anonymous map is. */
   struct recorder* r =
       mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (r == MAP_FAILED)

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
       FAIL("call %d before the driver was loaded: %s", i, loomGetLastError(NULL));
   void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!h) FAIL("dlopen %s: %s", argv[1], dlerror());
-  void (*set_range)(const void*, size_t) = (void (*)(const void*, size_t))dlsym(h, "stub_set_device_range");
+  void (*set_range)(const void*, size_t) =
+      (void (*)(const void*, size_t))dlsym(h, "stub_set_device_range");
   if (!set_range) FAIL("the stub has no stub_set_device_range");
   set_range(buf, sizeof(buf));
   int refused_at = -1;
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
       FAIL("call %d after the driver was loaded: result %d, '%s'", i, (int)r, why);
     refused_at = i;
   }
-  if (refused_at < 0) FAIL("4096 calls after the driver was loaded, its device memory is still host memory");
+  if (refused_at < 0)
+    FAIL("4096 calls after the driver was loaded, its device memory is still host memory");
   for (int i = 0; i < 64; i++) host[i] = (float)i;
   if (loomAllReduce(host, host, 64, loomFloat32, loomSum, comm, NULL) != loomSuccess)
     FAIL("a call on host memory after the refusal: %s", loomGetLastError(NULL));
