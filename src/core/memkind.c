@@ -56,8 +56,9 @@ static int is_libcuda(struct dl_phdr_info* info, size_t size, void* arg) {
  * of load 0 walks the loaded objects first: a dlopen with RTLD_NOLOAD of a
  * library that is not loaded still searches ld.so.cache, mapping and
  * unmapping it each time, and with ranks outnumbering cores that look,
- * every 4096 calls, made each 8-byte broadcast of 4 ranks on 2 vCPUs 1.6x
- * slower (docs/PERFORMANCE.md, "Page faults on the call path"). */
+ * every 4096 calls, made every third slice of 1,500 8-byte broadcasts of 4
+ * ranks on 2 vCPUs 1.7x slower (docs/PERFORMANCE.md, "Page faults on the
+ * call path"). */
 static void cu_attach(int load) {
   pthread_mutex_lock(&cu_lock);
   if (atomic_load(&cu_ok) || (load && cu_load_tried)) goto out;
