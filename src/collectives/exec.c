@@ -3,6 +3,7 @@
 #include "collectives/exec.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,8 +89,22 @@ static void block_put(struct exec_launch* l) {
   spare = l;
 }
 
-loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exec_launch** out) {
+/* Frees what a launch owns of its tasks: their vectors, and the array
+ * unless it was lent (exec_run_one's). */
+static void launch_tasks_free(struct coll_task* tasks, int ntasks, int lent) {
+  if (!lent) {
+    tasks_release(tasks, ntasks);
+    return;
+  }
+  for (int i = 0; i < ntasks; i++) free(tasks[i].v);
+}
+
+/* Makes and prepares a launch of tasks in room (room_bytes on the caller's
+ * stack, lent with the tasks) when it fits, else in a block of its own. */
+static loomResult_t launch_make(struct coll_task* tasks, int ntasks, void* room, size_t room_bytes,
+                                struct exec_launch** out) {
   *out = NULL;
+  int lent = room != NULL;
   struct loom_stream* first = NULL;
   for (int i = 0; i < ntasks && !first; i++) first = tasks[i].stream;
   /* One executor runs the whole launch: every task's memory must be its. */
@@ -102,18 +117,28 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
                 "a group mixes %s memory with calls that the %s executor cannot serve: launch "
                 "them in separate groups",
                 mem_kind_name(tasks[0].mem), stream_kind_name(stream_kind_of(first)));
-    tasks_release(tasks, ntasks);
+    launch_tasks_free(tasks, ntasks, lent);
     return r;
   }
   /* The launch and the executor's state in one block. */
   size_t head = (sizeof(struct exec_launch) + 15) & ~(size_t)15;
-  struct exec_launch* l = block_get(head + ex->state_size(ntasks));
+  size_t bytes = head + ex->state_size(ntasks);
+  struct exec_launch* l;
+  if (room && bytes <= room_bytes) {
+    l = room;
+    memset(l, 0, bytes);
+    l->block_bytes = bytes;
+    l->block_lent = 1;
+  } else {
+    l = block_get(bytes);
+  }
   if (!l) {
-    tasks_release(tasks, ntasks);
+    launch_tasks_free(tasks, ntasks, lent);
     return err_set(tasks[0].comm, loomSystemError, "out of memory");
   }
   l->tasks = tasks;
   l->ntasks = ntasks;
+  l->tasks_lent = lent;
   l->ex = ex;
   l->state = (char*)l + head;
   for (int i = 0; i < ntasks; i++) {
@@ -131,12 +156,16 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
   if (r != loomSuccess) {
     for (int i = 0; i < ntasks; i++) recorder_end(tasks[i].comm->rec, tasks[i].rec, r);
     ex->release(l);
-    tasks_release(tasks, ntasks);
-    block_put(l);
+    launch_tasks_free(tasks, ntasks, lent);
+    if (!l->block_lent) block_put(l);
     return r;
   }
   *out = l;
   return loomSuccess;
+}
+
+loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exec_launch** out) {
+  return launch_make(tasks, ntasks, NULL, 0, out);
 }
 
 static void launch_free(struct exec_launch* l) {
@@ -147,8 +176,8 @@ static void launch_free(struct exec_launch* l) {
     event_complete(l->done_event, l->result, err_thread_last());
     event_release(l->done_event);
   }
-  tasks_release(l->tasks, l->ntasks);
-  block_put(l);
+  launch_tasks_free(l->tasks, l->ntasks, l->tasks_lent);
+  if (!l->block_lent) block_put(l);
 }
 
 void exec_launch_arm(struct exec_launch* l) {
@@ -166,6 +195,22 @@ loomResult_t exec_launch_run(struct exec_launch* l) {
   l->result = r;
   launch_free(l);
   return r;
+}
+
+/* Room for the launch of one task on the caller's stack: the host
+ * executor's takes some 730 bytes (launch_make falls back to a block of its
+ * own for more). */
+#define ONE_ROOM 1024
+
+loomResult_t exec_run_one(struct coll_task* t) {
+  union {
+    struct exec_launch l;
+    max_align_t align;
+    char bytes[ONE_ROOM];
+  } room;
+  struct exec_launch* l;
+  LOOM_CHECK(launch_make(t, 1, &room, sizeof(room), &l));
+  return exec_launch_run(l);
 }
 
 void exec_launch_drop(struct exec_launch* l) {

@@ -61,6 +61,9 @@ struct exec_launch {
    * nobody waits. A reference, the launch's. */
   struct loom_event* done_event;
   size_t block_bytes; /* the block's size (the launch, then the state) */
+  /* The block and the tasks' array belong to the caller (exec_run_one):
+   * the launch frees neither. */
+  unsigned char block_lent, tasks_lent;
 };
 
 extern const struct loom_executor exec_host;
@@ -79,6 +82,10 @@ loomResult_t exec_launch_prepare(struct coll_task* tasks, int ntasks, struct exe
 /* Launches l, drives it to its end, releases and frees it. Returns the
  * launch's result. */
 loomResult_t exec_launch_run(struct exec_launch* l);
+/* Prepares and runs at once, on the calling thread, a launch of the one
+ * task t (NULL stream, no group), kept on this thread's stack: t stays the
+ * caller's (its v is freed). Returns the launch's result. */
+loomResult_t exec_run_one(struct coll_task* t);
 /* Releases and frees a prepared launch that will never run. */
 void exec_launch_drop(struct exec_launch* l);
 /* For executors: l's turns have come and it starts now. From here its own

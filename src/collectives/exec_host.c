@@ -830,6 +830,19 @@ static void runs_make(struct host_launch* h, struct coll_task* tasks, int ntasks
   h->runs = (struct comm_run*)(h + 1);
   h->sorted = (struct coll_task*)(h->runs + ntasks);
   struct unit* units = (struct unit*)(h->sorted + ntasks);
+  if (ntasks == 1) { /* a call outside a group: its task is its run's, as it is */
+    struct comm_run* run = &h->runs[0];
+    run->comm = tasks[0].comm;
+    run->lane = lane_of(&tasks[0]);
+    run->tasks = tasks;
+    run->units = units;
+    run->ntasks = 1;
+    run->left_peer = -1;
+    run->ex.what = coll_kind_text(tasks[0].kind);
+    run->first_of_comm = 1;
+    h->nruns = 1;
+    return;
+  }
   int nruns = 0, pos = 0;
   for (int i = 0; i < ntasks; i++) {
     int lane = lane_of(&tasks[i]), seen = 0;

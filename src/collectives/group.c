@@ -88,6 +88,10 @@ static loomResult_t launch(struct coll_task* tasks, int ntasks) {
 }
 
 loomResult_t group_submit(const struct coll_task* t) {
+  if (group_depth == 0 && !t->stream) {
+    struct coll_task one = *t; /* on this stack, as its launch */
+    return exec_run_one(&one);
+  }
   if (group_depth == 0) {
     struct coll_task* one = malloc(sizeof(*one));
     if (!one) {

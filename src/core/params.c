@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,8 +390,15 @@ static void params_load(void) {
   }
 }
 
+/* Set once params_load has run: the calls after it (every collective makes
+ * a few) skip pthread_once. */
+static _Atomic int params_ready;
+
 const struct loom_params* params_get(void) {
+  if (__builtin_expect(atomic_load_explicit(&params_ready, memory_order_acquire), 1))
+    return &params_now;
   pthread_once(&params_once, params_load);
+  atomic_store_explicit(&params_ready, 1, memory_order_release);
   return &params_now;
 }
 
