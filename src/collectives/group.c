@@ -76,6 +76,9 @@ static loomResult_t launch(struct coll_task* tasks, int ntasks) {
     LOOM_CHECK(exec_launch_prepare(tasks, ntasks, &l));
     return exec_launch_run(l);
   }
+  /* A full stream makes the caller wait here, holding no lock: the launches
+   * it waits for may need this thread's peers to queue theirs. */
+  stream_wait_room(first);
   /* Taking the turns and queueing on the streams under one lock keeps every
    * stream's queue in turn order: otherwise two threads could queue on one
    * stream in the opposite order of their turns, and its worker would run a

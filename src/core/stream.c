@@ -45,7 +45,8 @@ struct loom_stream {
    * reaches the lowest target waited for, not after every item, which would
    * cost a wake-up per call). */
   pthread_cond_t work, done;
-  unsigned long long wake_at; /* the lowest target of a waiting synchronize; ULLONG_MAX: none */
+  unsigned long long
+      wake_at; /* the lowest target of a synchronize or a wait for room; ULLONG_MAX: none */
   struct work_item *head, *tail;
   unsigned long long queued, finished;
   int stop;
@@ -271,6 +272,26 @@ loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w) 
   it->w = *w;
   stream_push(s, it);
   return loomSuccess;
+}
+
+void stream_wait_room(struct loom_stream* s) {
+  if (!s || s->kind != STREAM_HOST) return;
+  pthread_mutex_lock(&s->lock);
+  if (s->queued - s->finished >= STREAM_DEPTH) {
+    unsigned long long target = s->queued - STREAM_DEPTH / 2;
+    while (s->finished < target) {
+      if (target < s->wake_at) s->wake_at = target;
+      pthread_cond_wait(&s->done, &s->lock);
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+unsigned long long stream_pending(struct loom_stream* s) {
+  pthread_mutex_lock(&s->lock);
+  unsigned long long n = s->queued - s->finished;
+  pthread_mutex_unlock(&s->lock);
+  return n;
 }
 
 loomResult_t stream_wait_event(struct loom_stream* s, struct loom_event* ev) {

@@ -60,6 +60,20 @@ loomResult_t stream_enqueue(struct loom_stream* s, const struct stream_work* w);
  * as for any queued work. */
 loomResult_t stream_wait_event(struct loom_stream* s, struct loom_event* ev);
 
+/* The most items a host stream holds queued and not finished before the
+ * thread that queues more waits (stream_wait_room), as a CUDA stream's
+ * launches wait once its queue is full: without it a thread that queues
+ * faster than the worker runs grows the queue without bound. */
+#define STREAM_DEPTH 1024
+/* Waits, when host stream s holds STREAM_DEPTH items or more, until its
+ * worker is down to half of that; at once otherwise, and for any other
+ * kind of stream or NULL. Every item it waits for has a deadline of its
+ * own, as for loomStreamSynchronize. Call it holding no lock that the
+ * stream's work or its peers' may need. */
+void stream_wait_room(struct loom_stream* s);
+/* Items queued on s and not finished (for tests). */
+unsigned long long stream_pending(struct loom_stream* s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,9 @@
 // destroy waits for the launches, and every result is checked afterwards.
 // It runs under AddressSanitizer and ThreadSanitizer (the sanity subset).
 //
+// MoreCallsThanAStreamHolds queues more calls on one host stream than it
+// holds (core/stream.h's STREAM_DEPTH), on every rank at once.
+//
 // CallOrderAcrossStreams holds rank 0's first stream back (behind a receive
 // on another communicator) while its second stream is free: the second
 // stream's all-reduce must still wait for the first stream's, which rank 0
@@ -168,6 +171,33 @@ TEST_P(Lifetime, CallOrderAcrossStreams) {
           ASSERT_EQ(y[i], 10 * tri) << "rank " << c.rank << " y " << i;
         if (c.rank == 0) {
           EXPECT_EQ(token, 1);
+        }
+      },
+      lifetime_opts());
+}
+
+// Each rank queues three times as many calls as a host stream holds
+// (STREAM_DEPTH, 1024) without waiting: a full stream makes the caller
+// wait for room, holding no lock, so thread ranks whose streams are full
+// at once still reach one another. Every result is checked.
+TEST_P(Lifetime, MoreCallsThanAStreamHolds) {
+  auto [n, mode] = GetParam();
+  harness::run(
+      n, mode,
+      [](Ctx& c) {
+        const int calls = 3 * 1024;
+        shim::StreamGuard st;
+        ASSERT_NE(st.get(), nullptr);
+        std::vector<int32_t> in((size_t)calls), out((size_t)calls, -1);
+        for (int k = 0; k < calls; k++) in[(size_t)k] = value(c.rank, (size_t)k, 0);
+        for (int k = 0; k < calls; k++)
+          ASSERT_LOOM_OK(loomAllReduce(&in[(size_t)k], &out[(size_t)k], 1, loomInt32, loomSum,
+                                       c.comm, st.get()));
+        ASSERT_LOOM_OK(loomStreamSynchronize(st.get()));
+        for (int k = 0; k < calls; k++) {
+          int32_t want = 0;
+          for (int r = 0; r < c.nranks; r++) want += value(r, (size_t)k, 0);
+          ASSERT_EQ(out[(size_t)k], want) << "rank " << c.rank << " call " << k;
         }
       },
       lifetime_opts());

@@ -339,4 +339,86 @@ TEST(StreamGate, DestroyWhileGated) {
   }
 }
 
+// ---- A host stream's depth (STREAM_DEPTH) ---------------------------------------
+
+loomResult_t count_run(void* arg) {
+  (*static_cast<std::atomic<int>*>(arg))++;
+  return loomSuccess;
+}
+
+// A stream holding STREAM_DEPTH items makes stream_wait_room wait until its
+// worker is down to half of that; one holding fewer lets it go at once.
+TEST(StreamDepth, FullStreamWaitsForRoom) {
+  EventGuard g;
+  ASSERT_NE(g.e, nullptr);
+  StreamFixture f;
+  ASSERT_NE(f.s, nullptr);
+  std::atomic<int> ran{0};
+  ASSERT_EQ(stream_wait_event(f.s, g.e), loomSuccess);  // nothing runs until g completes
+  stream_work w = {count_run, nullptr, &ran};
+  for (int i = 0; i < 10; i++) ASSERT_EQ(stream_enqueue(f.s, &w), loomSuccess);
+  std::atomic<int> early{0};
+  std::thread few([&] {
+    stream_wait_room(f.s);
+    early = 1;
+  });
+  EXPECT_TRUE(eventually([&] { return early.load() == 1; }))
+      << "a stream holding 11 items made the caller wait";
+  few.join();
+  while (stream_pending(f.s) < STREAM_DEPTH) ASSERT_EQ(stream_enqueue(f.s, &w), loomSuccess);
+  std::atomic<int> returned{0};
+  std::atomic<unsigned long long> left{0};
+  std::thread full([&] {
+    stream_wait_room(f.s);
+    left = stream_pending(f.s);
+    returned = 1;
+  });
+  usleep(50000);
+  EXPECT_EQ(returned.load(), 0) << "a full stream let the caller queue more";
+  EXPECT_EQ(ran.load(), 0);
+  event_complete(g.e, loomSuccess, nullptr);
+  EXPECT_TRUE(eventually([&] { return returned.load() == 1; }));
+  full.join();
+  EXPECT_LE(left.load(), (unsigned long long)STREAM_DEPTH / 2);
+  EXPECT_EQ(loomStreamSynchronize(f.h), loomSuccess);
+  EXPECT_EQ(ran.load(), STREAM_DEPTH - 1);
+  EXPECT_EQ(stream_pending(f.s), 0u);
+}
+
+// Collectives queued on a gated host stream: the calling thread stops at
+// STREAM_DEPTH queued launches instead of queueing all of them, and goes on
+// once the stream runs; every call's result is right.
+TEST(StreamDepth, CallsWaitForAFullStream) {
+  loomComm_t comm = nullptr;
+  ASSERT_EQ(loomCommInitAll(&comm, 1, nullptr), loomSuccess);
+  EventGuard g;
+  ASSERT_NE(g.e, nullptr);
+  StreamFixture f;
+  ASSERT_NE(f.s, nullptr);
+  ASSERT_EQ(stream_wait_event(f.s, g.e), loomSuccess);
+  const int calls = 2 * STREAM_DEPTH + 100;
+  std::vector<float> in(calls), out(calls, -1.0f);
+  for (int i = 0; i < calls; i++) in[i] = (float)i;
+  std::atomic<int> issued{0};
+  std::atomic<int> bad{0};
+  std::thread caller([&] {
+    for (int i = 0; i < calls; i++) {
+      if (loomAllReduce(&in[i], &out[i], 1, loomFloat32, loomSum, comm, f.h) != loomSuccess) bad++;
+      issued++;
+    }
+  });
+  EXPECT_TRUE(eventually([&] { return issued.load() >= STREAM_DEPTH - 1; }));
+  usleep(50000);
+  EXPECT_LT(issued.load(), STREAM_DEPTH) << "the caller queued past a full stream";
+  EXPECT_LE(stream_pending(f.s), (unsigned long long)STREAM_DEPTH);
+  event_complete(g.e, loomSuccess, nullptr);
+  caller.join();
+  EXPECT_EQ(bad.load(), 0) << loomGetLastError(nullptr);
+  EXPECT_EQ(loomStreamSynchronize(f.h), loomSuccess) << loomGetLastError(nullptr);
+  int wrong = 0;
+  for (int i = 0; i < calls; i++) wrong += out[i] != in[i];
+  EXPECT_EQ(wrong, 0) << "calls with a wrong result";
+  EXPECT_EQ(loomCommDestroy(comm), loomSuccess);
+}
+
 }  // namespace
