@@ -45,8 +45,8 @@ struct loom_stream {
    * reaches the lowest target waited for, not after every item, which would
    * cost a wake-up per call). */
   pthread_cond_t work, done;
-  unsigned long long
-      wake_at; /* the lowest target of a synchronize or a wait for room; ULLONG_MAX: none */
+  /* The lowest target of a synchronize or a wait for room; ULLONG_MAX: none. */
+  unsigned long long wake_at;
   struct work_item *head, *tail;
   unsigned long long queued, finished;
   int stop;
