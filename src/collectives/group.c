@@ -91,11 +91,11 @@ static loomResult_t launch(struct coll_task* tasks, int ntasks) {
 }
 
 loomResult_t group_submit(const struct coll_task* t) {
-  if (group_depth == 0 && !t->stream) {
-    struct coll_task one = *t; /* on this stack, as its launch */
-    return exec_run_one(&one);
-  }
   if (group_depth == 0) {
+    if (!t->stream) {
+      struct coll_task here = *t; /* on this stack, as its launch */
+      return exec_run_one(&here);
+    }
     struct coll_task* one = malloc(sizeof(*one));
     if (!one) {
       free(t->v);
