@@ -665,7 +665,15 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
               o->step + 1, o->nsteps, o->wait_peer,
               strcmp(o->wait_dir, "send") ? "receiving" : "sending", o->wait_bytes);
     } else {
-      fprintf(out, "  rank %d is in %s (%s)\n", r, a, o->state);
+      fprintf(out, "  rank %d is in %s (%s)", r, a, o->state);
+      /* No peer in its record (it had not said on whom it waits when the failure stopped it):
+       * a rank its error names as failed, with no record of its own, is the best evidence. */
+      int fp = rr[r]->failed_peer;
+      if (!o->p2p && fp >= 0 && fp < nranks && fp != r && !rr[fp]) {
+        waits[r] = fp;
+        fprintf(out, ", stopped by the failure of rank %d (its error names it)", fp);
+      }
+      fputc('\n', out);
     }
   }
   /* Cycles, and the ranks at the end of the chains (waited on, waiting on nobody). Only

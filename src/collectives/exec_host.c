@@ -573,6 +573,9 @@ static void run_rec_wait(struct comm_run* run) {
     peer = e->plan->ops[e->lines_op].peer;
     bytes = e->plan->ops[e->lines_op].count * e->esize;
   }
+  /* At a sync: the first peer not there yet. */
+  for (int p = 0; peer < 0 && e->sync_wait && p < run->comm->nranks; p++)
+    if (tp_sync_missing(run->comm, p)) peer = p;
   const struct unit* u = &run->units[run->next - 1];
   for (int k = 0; k < u->ntasks; k++)
     recorder_wait(run->comm->rec, u->t[k].rec, e->step, peer, is_send, bytes);

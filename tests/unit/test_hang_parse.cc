@@ -294,4 +294,40 @@ TEST(HangDiagnose, TheFailedRankIsNamedAmongRanksWithoutRecord) {
       << d;
 }
 
+// Seen in CI: rank 2 dead; rank 3 stopped by the failure in collective #2 before its record
+// said on whom it waited (no wait_peer), rank 1 waits on rank 3 in #2 and rank 0 on rank 1 in
+// #3. Rank 3's error names rank 2, which left no record: the chain ends there, not at rank 3.
+std::vector<hang_rank> StoppedWithoutPeer(int failed_peer) {
+  std::vector<hang_rank> rr(3);
+  const int ranks[3] = {0, 1, 3};
+  for (int k = 0; k < 3; k++) {
+    std::vector<std::string> ops = {Op(1, "broadcast", 1024, "float32", 0, "done")};
+    if (ranks[k] == 0) {
+      ops.push_back(Op(2, "allreduce", 4096, "float32", 0, "done"));
+      ops.push_back(Op(3, "allgather", 256, "float32", 0, "waiting", 1));
+    } else {
+      ops.push_back(Op(2, "allreduce", 4096, "float32", 0, "waiting", ranks[k] == 1 ? 3 : -1));
+    }
+    EXPECT_TRUE(Parse(Record(ranks[k], 4, ops, "c5", failed_peer), &rr[k]));
+  }
+  return rr;
+}
+
+TEST(HangDiagnose, AWaitWithoutPeerFollowsTheFailure) {
+  std::vector<hang_rank> rr = StoppedWithoutPeer(2);
+  std::string d = Diagnose(rr);
+  EXPECT_NE(d.find("rank 3 is in collective #2"), std::string::npos) << d;
+  EXPECT_NE(d.find("stopped by the failure of rank 2 (its error names it)"), std::string::npos)
+      << d;
+  EXPECT_NE(d.find("diagnosis: rank(s) 2 hold the others back in collectives #2 to #3: no "
+                   "record from them (dead, stopped, or unable to write it); the others' error "
+                   "names them as failed"),
+            std::string::npos)
+      << d;
+  // No failure named: rank 3 is where the waits end.
+  rr = StoppedWithoutPeer(-1);
+  d = Diagnose(rr);
+  EXPECT_NE(d.find("diagnosis: rank(s) 3 hold the others back"), std::string::npos) << d;
+}
+
 }  // namespace
