@@ -414,7 +414,7 @@ static loomResult_t exec_post_step(struct exec* e) {
         break;
       }
       case OP_COPY:
-        if (dst != src) memcpy(dst, src, bytes);
+        if (dst != src) cpu_copy(dst, src, bytes);
         break;
       case OP_REDUCE:
         cpu_reduce(e->dtype, e->redop, dst, dst, src, op->count);

@@ -23,6 +23,7 @@
 #include "core/bootstrap.h"
 #include "core/checks.h"
 #include "core/params.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 #define BOUNCE_BYTES (256u << 10)
 #define CMA_PIECE (4u << 20)
@@ -243,7 +244,7 @@ loomResult_t tp_peer_copy(struct loom_comm* comm, int peer, unsigned buf, size_t
   const void* src;
   LOOM_CHECK(peer_range(comm, peer, buf, off, bytes, &addr, &src));
   if (src) {
-    memcpy(dst, src, bytes);
+    cpu_copy(dst, src, bytes);
     return loomSuccess;
   }
   int e = cma_read(comm, peer, addr, dst, bytes);

@@ -660,4 +660,33 @@ TEST(Dtype, SizesAndNames) {
   EXPECT_STREQ(redop_name(loomNumOps), "premulsum");
 }
 
+// cpu_copy equals memcpy at every distance between the buffers modulo a page (those that take its
+// own loop, 1..31, and those that go to memcpy), at sizes around its thresholds, and writes
+// nothing outside the destination.
+TEST(CpuCopy, EqualsMemcpyAtEveryDistanceAndSize) {
+  const size_t sizes[] = {0,         1,     255,        256,        2047,   2048,      2049,
+                          4096 + 17, 65536, 131072 + 5, 524288 - 1, 524288, 524288 + 3};
+  const size_t pad = 4096, big = 524288 + 3;
+  std::vector<unsigned char> src(big + 2 * pad), dst(big + 3 * pad);
+  std::mt19937 rng(7);
+  for (auto& b : src) b = (unsigned char)rng();
+  // Page-aligned bases inside the vectors, so the distance modulo 4 KiB is exactly d.
+  auto page = [](unsigned char* p) {
+    return (unsigned char*)(((uintptr_t)p + 4095) & ~(uintptr_t)4095);
+  };
+  unsigned char* s0 = page(src.data());
+  unsigned char* d0 = page(dst.data()) + 64;  // room before it, to see stray writes
+  for (size_t d = 0; d <= 64; d++) {
+    for (size_t n : sizes) {
+      std::fill(dst.begin(), dst.end(), 0xA5);
+      cpu_copy(d0 + d, s0, n);
+      ASSERT_EQ(memcmp(d0 + d, s0, n), 0) << "distance " << d << ", " << n << " bytes";
+      for (unsigned char* p = dst.data(); p < d0 + d; p++)
+        ASSERT_EQ(*p, 0xA5) << "wrote before the destination, distance " << d << ", " << n;
+      for (unsigned char* p = d0 + d + n; p < dst.data() + dst.size(); p++)
+        ASSERT_EQ(*p, 0xA5) << "wrote past the destination, distance " << d << ", " << n;
+    }
+  }
+}
+
 }  // namespace

@@ -23,6 +23,10 @@ extern "C" {
 
 enum cpu_isa { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2, CPU_ISA_COUNT };
 
+/* memcpy(dst, src, bytes) for the collectives' data, avoiding the slow case of
+ * the C library's copy described in copy.c. The ranges must not overlap. */
+void cpu_copy(void* dst, const void* src, size_t bytes);
+
 /* dst[i] = a[i] op b[i] for i < count. op is one of the five built-ins;
  * loomAvg reduces as a sum (the division is cpu_scale's job). */
 void cpu_reduce(loomDataType_t t, loomRedOp_t op, void* dst, const void* a, const void* b,

@@ -26,6 +26,7 @@
 
 #include "core/checks.h"
 #include "core/params.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "transport/fifo.h"
 #include "transport/rankseg.h"
 #include "transport/shmfile.h"
@@ -215,7 +216,7 @@ static loomResult_t shm_send_progress(struct shm_conn* c) {
     while (x->done < x->bytes && head - tail < f->nslots) {
       uint32_t i = (uint32_t)(head % f->nslots);
       size_t n = LOOM_MIN((size_t)f->slot_bytes, x->bytes - x->done);
-      memcpy(c->data + (size_t)i * f->slot_bytes, (const char*)x->src + x->done, n);
+      cpu_copy(c->data + (size_t)i * f->slot_bytes, (const char*)x->src + x->done, n);
       f->slots[i].msg_bytes = x->bytes;
       f->slots[i].bytes = n;
       f->slots[i].offset = x->done;
@@ -255,7 +256,7 @@ static loomResult_t shm_recv_progress(struct shm_conn* c) {
       if (x->reduce) {
         x->reduce(x, x->done, piece, s->bytes);
       } else {
-        memcpy((char*)x->dst + x->done, piece, s->bytes);
+        cpu_copy((char*)x->dst + x->done, piece, s->bytes);
       }
       x->done += s->bytes;
       tail++;
