@@ -9,7 +9,7 @@
  * the everyday case of a page-aligned FIFO slot and a buffer from malloc,
  * whose large blocks start 16 bytes into a page. Such pairs, at the sizes
  * where glibc takes `rep movsb`, are copied here with vector loads and
- * 64-byte-aligned stores, 256 bytes at a time (16-21 GB/s there); every other
+ * 64-byte-aligned stores, 256 bytes at a time (16-22 GB/s there); every other
  * pair and size goes to memcpy (from 512 KiB glibc's own loop runs at 30). */
 #include <stdint.h>
 #include <string.h>
