@@ -1,4 +1,5 @@
-/* copy.c - host copies of the collectives' data (FIFO slots, local steps).
+/* copy.c - host copies of the collectives' data (FIFO slots, thread ranks'
+ * direct copies, local steps).
  *
  * The C library's memcpy is right for nearly every pair of addresses, but
  * glibc (2.36, Debian 12) copies from 2 KiB up to the size of the L2 cache
@@ -23,7 +24,6 @@
 /* From here glibc stops using rep movsb (its rep_movsb_stop_threshold, the L2
  * size on AMD: 512 KiB on the development VM). */
 #define COPY_LOOP_MAX (512u << 10)
-#define COPY_PAGE 4096
 #define COPY_BAD_BELOW 32 /* distances 1..31 modulo a page are the slow ones */
 
 typedef char copy_v16 __attribute__((vector_size(16), aligned(1), may_alias));

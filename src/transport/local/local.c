@@ -13,6 +13,7 @@
 
 #include "core/checks.h"
 #include "core/params.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 
@@ -185,7 +186,7 @@ static loomResult_t local_recv_one(struct local_conn* c, struct xfer* x, struct 
   if (x->reduce)
     x->reduce(x, 0, src, x->bytes);
   else
-    memcpy(x->dst, src, x->bytes);
+    cpu_copy(x->dst, src, x->bytes);
   atomic_store_explicit(&s->state, SLOT_FREE, memory_order_relaxed);
   return loomSuccess;
 }
