@@ -23,7 +23,7 @@ LOOM_PACKAGES=(build-essential cmake pkg-config libgtest-dev valgrind iproute2 p
 deps_missing() {
   local p out=()
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || out+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "ok installed" >/dev/null || out+=("$p")
   done
   echo "${out[*]}"
 }

@@ -33,12 +33,13 @@ missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
 [ -z "$missing" ] || bad "declared but not exported: $missing"
 stray=$(echo "$exported" | grep -vE '^p?nccl' || true)
 [ -z "$stray" ] || bad "exported outside nccl*/pnccl*: $stray"
-for f in $(echo "$exported" | grep -E '^nccl'); do
-  echo "$exported" | grep -qx "p$f" || bad "$f has no p$f alias"
-done
+# Under pipefail "echo ... | grep -q" fails at random: grep may leave before echo's last
+# write, which then dies of SIGPIPE. Lists are compared whole.
+unaliased=$(comm -23 <(grep -E '^nccl' <<<"$exported") <(sed -n 's/^p//p' <<<"$exported" | sort -u))
+for f in $unaliased; do bad "$f has no p$f alias"; done
 needed=$(readelf -d "$lib" | awk '/NEEDED/ {print $NF}' | tr -d '[]')
-echo "$needed" | grep -qiE 'cuda|nccl' && bad "libnccl.so.2 needs a CUDA or NCCL library: $needed"
-readelf -d "$lib" | grep -q STATIC_TLS &&
+echo "$needed" | grep -iE 'cuda|nccl' >/dev/null && bad "libnccl.so.2 needs a CUDA or NCCL library: $needed"
+readelf -d "$lib" | grep STATIC_TLS >/dev/null &&
   bad "libnccl.so.2 needs static TLS (an initial-exec access): a program's dlopen of it fails"
 soname=$(readelf -d "$lib" | awk '/SONAME/ {print $NF}' | tr -d '[]')
 [ "$soname" = libnccl.so.2 ] || bad "soname is '$soname', not libnccl.so.2"

@@ -74,7 +74,7 @@ fault_judge() { # tag victims exempt fail_ms end_ms
   named="(peer|rank) (${victims// /|})([^0-9]|\$)"
   for ((r = 0; r < NET_NRANKS; r++)); do
     [[ " $exempt " == *" $r "* ]] && continue
-    line=$(grep -h "FAULT rc=" "$NET_WORK/$tag.r$r.out" 2>/dev/null | head -n 1 || true)
+    line=$(grep -h "FAULT rc=" "$NET_WORK/$tag.r$r.out" 2>/dev/null | sed -n 1p || true)
     if [ -z "$line" ]; then
       why+="rank $r saw no error (exit ${RANK_RC[$r]}); "
       continue
@@ -211,7 +211,7 @@ case_stranger_bootstrap() {
     tmo 30 ip netns exec "$(host_ns 1)" sh -c 'mount --bind "$1" /dev/shm || exit 70; shift; exec "$@"' \
     sh "$NET_SHM/h1" "$NET_CHECK" --init-only 2>&1) || rc=$?
   if [ "$rc" = 2 ] && grep -q "init failed" <<<"$out"; then
-    pass boot-wrong-secret "refused: $(grep 'init failed' <<<"$out" | head -n 1)"
+    pass boot-wrong-secret "refused: $(grep 'init failed' <<<"$out" | sed -n 1p)"
   else
     fail boot-wrong-secret "a hello with a wrong secret was not refused (exit $rc): $out"
   fi
@@ -224,7 +224,7 @@ case_stranger_bootstrap() {
   local left
   left=$(net_leftovers) || why+="left behind: $left; "
   # For the reader: what rank 0 said about them (WARN lines of its log).
-  grep -h "WARN" "$NET_WORK/sb.r0.log" 2>/dev/null | sed 's/^[^ ]* LOOM WARN [^ ]* /    rank 0: /' | head -n 10 || true
+  grep -h "WARN" "$NET_WORK/sb.r0.log" 2>/dev/null | sed 's/^[^ ]* LOOM WARN [^ ]* /    rank 0: /' | sed -n 1,10p || true
   if [ -z "$why" ]; then
     pass boot-then-matrix "the communicator formed after the strangers and every collective passed"
     ranks_show sb
@@ -275,7 +275,7 @@ case_stranger_transport() {
     return
   fi
   local hash wrong ports h pid port a targets=()
-  hash=$(grep -ho 'ready (comm [0-9a-f]*' "$NET_WORK/st.r0.log" | head -n 1 | awk '{print $3}')
+  hash=$(grep -ho 'ready (comm [0-9a-f]*' "$NET_WORK/st.r0.log" | sed -n 1p | awk '{print $3}')
   wrong=$(printf '%016x' $((0x$NET_SECRET ^ 0x5a5a)))
   for ((r = 0; r < NET_NRANKS; r++)); do
     h=$(rank_host "$r")
@@ -315,7 +315,7 @@ case_stranger_transport() {
   touch "$NET_WORK/st.resume"
   stranger_collect
   # For the reader: what rank 0 said about them.
-  grep -h "WARN" "$NET_WORK/st.r0.log" 2>/dev/null | sed 's/^[^ ]* LOOM WARN [^ ]* /    rank 0: /' | head -n 12 || true
+  grep -h "WARN" "$NET_WORK/st.r0.log" 2>/dev/null | sed 's/^[^ ]* LOOM WARN [^ ]* /    rank 0: /' | sed -n 1,12p || true
   ranks_wait
   local why=""
   for ((r = 0; r < NET_NRANKS; r++)); do

@@ -73,7 +73,7 @@ net_cleanup() {
 # namespace-less kind) left: namespaces, /dev/shm dirs and work dirs whose
 # harness pid is no longer a net_suite.
 harness_alive() { # pid
-  [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q net_
+  [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep net_ >/dev/null
 }
 stale_sweep() {
   local ns pid d
@@ -218,7 +218,7 @@ ranks_show() {
   local tag=$1 r
   sed 's/^/    /' "$NET_WORK/$tag.r0.out" 2>/dev/null | grep -v "^    net_check rank 0/[0-9]*: joined" || true
   for ((r = 1; r < NET_NRANKS; r++)); do
-    grep -h "WRONG\|FAIL\|FAULT\|init failed" "$NET_WORK/$tag.r$r.out" 2>/dev/null | head -20 | sed 's/^/    /' || true
+    grep -h "WRONG\|FAIL\|FAULT\|init failed" "$NET_WORK/$tag.r$r.out" 2>/dev/null | sed -n 1,20p | sed 's/^/    /' || true
   done
 }
 

@@ -66,7 +66,7 @@ tuning_prepare() {
   local cached
   tmo 60 ip netns exec "$(host_ns 0)" env XDG_CACHE_HOME="$NET_WORK/cache" "$LOOM_INFO" --tuning \
     >/dev/null 2>&1 || true
-  cached=$(ls "$NET_WORK"/cache/loom/tuning-*.txt 2>/dev/null | head -n 1 || true)
+  cached=$(ls "$NET_WORK"/cache/loom/tuning-*.txt 2>/dev/null | sed -n 1p || true)
   if [ -n "$cached" ]; then
     cp "$cached" "$NET_TUNING"
   else
@@ -126,7 +126,7 @@ matrix() {
   t0=$(date +%s)
   if run_ranks "$tag" "$limit" "$@"; then
     if [ -n "$algo" ] && grep -h "cannot serve" "$NET_WORK/$tag".r*.log >/dev/null 2>&1; then
-      fail "$tag" "LOOM_ALGO=$algo fell back: $(grep -h 'cannot serve' "$NET_WORK/$tag".r0.log | head -n 3)"
+      fail "$tag" "LOOM_ALGO=$algo fell back: $(grep -h 'cannot serve' "$NET_WORK/$tag".r0.log | sed -n 1,3p)"
     else
       pass "$tag" "LOOM_ALGO=${algo:-unforced}, $NET_NRANKS ranks, $(($(date +%s) - t0)) s"
     fi
@@ -220,7 +220,7 @@ case_tbf() {
   fi
   matrix tbf-2x2 240 "" --big
   local sent
-  sent=$(tmo 10 ip netns exec "$br" tc -s qdisc show dev vh1 | grep -o 'Sent [0-9]* bytes' | awk '{print $2}' | head -n 1)
+  sent=$(tmo 10 ip netns exec "$br" tc -s qdisc show dev vh1 | grep -o 'Sent [0-9]* bytes' | awk '{print $2}' | sed -n 1p)
   if [ "${sent:-0}" -gt 1000000 ]; then pass tbf-shaped "$sent bytes went through the 1 Gbit/s qdisc"; else
     fail tbf-shaped "only ${sent:-0} bytes went through the qdisc: the link was not exercised"
   fi
