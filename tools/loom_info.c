@@ -92,6 +92,11 @@ static void print_tuning(void) {
       "host)\n",
       k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->lines_gbps, k->lines_step,
       k->handoff_us);
+  if (k->disturbed > 0)
+    printf(
+        "(%d of the bandwidths below were measured only while other work held the cores: "
+        "a later process measures again)\n",
+        k->disturbed);
   if (k->copy_at[0] > 0) {
     printf("per rank's buffer, GB/s:  %8s %8s %8s %10s\n", "fifo", "cma", "reduce", "cma+reduce");
     for (int p = 0; p < TUNE_CAL_POINTS; p++) {

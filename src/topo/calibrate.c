@@ -11,6 +11,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/debug.h"
@@ -76,17 +77,26 @@ struct cal_fifo {
   _Atomic uint64_t head, tail; /* slices written, slices read */
 };
 
+#define CAL_REPS_MAX 32
+/* A run counts as undisturbed when each thread was on a core for at least
+ * this much of it (its CPU time over the run's wall time). */
+#define CAL_ON_CORE 0.85
+/* How long a disturbed calibration's figures stay in the cache (consts_measure). */
+#define CAL_DISTURBED_TTL_S 600
+
 struct cal_pair {
   pthread_barrier_t bar;
   enum cal_kind kind;
   size_t bytes;
   int spin; /* cores for both: spin; else yield while waiting */
-  int reps; /* runs, the best of which counts */
+  int reps; /* runs, the best undisturbed one of which counts */
   char* src[2];
   char* dst[2];
   char* bounce[2];
-  struct cal_fifo fifo[2]; /* fifo[i]: thread i's sends */
-  double best_ns[2];
+  struct cal_fifo fifo[2];         /* fifo[i]: thread i's sends */
+  double wall_ns[2][CAL_REPS_MAX]; /* each thread's time of each run */
+  double cpu_ns[2][CAL_REPS_MAX];  /* ... and how much of it the thread ran */
+  int last_disturbed;              /* the last measurement had no undisturbed run */
   _Atomic int failed;
 };
 
@@ -181,6 +191,13 @@ static int cal_cma_reduce_run(struct cal_pair* cp, int me, size_t at) {
   return 0;
 }
 
+/* This thread's time on a core. */
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static void cal_side(struct cal_pair* cp, int me) {
   /* Each run takes the next piece of the buffers, as the perf tools (and
    * nccl-tests) move theirs from call to call: data that the last run left
@@ -189,7 +206,7 @@ static void cal_side(struct cal_pair* cp, int me) {
   for (int rep = 0; rep < cp->reps; rep++) {
     size_t at = cp->bytes * ((size_t)rep % pieces);
     pthread_barrier_wait(&cp->bar);
-    uint64_t t0 = time_now_ns();
+    uint64_t c0 = thread_cpu_ns(), t0 = time_now_ns();
     if (cp->kind == CAL_FIFO) cal_fifo_run(cp, me, at);
     if (cp->kind == CAL_CMA && cal_cma_run(cp, me, at) != 0) atomic_store(&cp->failed, 1);
     if (cp->kind == CAL_CMA_REDUCE && cal_cma_reduce_run(cp, me, at) != 0)
@@ -197,8 +214,8 @@ static void cal_side(struct cal_pair* cp, int me) {
     if (cp->kind == CAL_REDUCE)
       cpu_reduce(loomFloat32, loomSum, cp->dst[me] + at, cp->src[me] + at, cp->dst[me] + at,
                  cp->bytes / sizeof(float));
-    double dt = (double)(time_now_ns() - t0);
-    if (rep == 0 || dt < cp->best_ns[me]) cp->best_ns[me] = dt;
+    cp->wall_ns[me][rep] = (double)(time_now_ns() - t0);
+    cp->cpu_ns[me][rep] = (double)(thread_cpu_ns() - c0);
     pthread_barrier_wait(&cp->bar);
     if (me == 0)
       for (int i = 0; i < 2; i++) {
@@ -214,17 +231,35 @@ static void* cal_peer(void* arg) {
   return NULL;
 }
 
-/* GB/s per thread of one kind at one size, the slower thread's best of a
- * few runs (a busy machine slows runs down, never speeds one up); 0 when
- * the kind cannot run here (cross-memory attach not allowed). */
+/* The best run's time, the slower thread's: among the runs in which both
+ * threads held their cores (where each has one: spin), else among all of
+ * them, and then the measurement counts as disturbed. A busy machine slows
+ * runs down, never speeds one up, but when it is busy throughout (a build
+ * on every core) every run is slow, and the best of them is no figure of
+ * this machine: cached, it would steer every later job (a tuner that chose
+ * two-shot at half the ring's bandwidth, issue 19). */
+static double cal_best_ns(struct cal_pair* cp) {
+  double best = 0, best_any = 0;
+  for (int rep = 0; rep < cp->reps; rep++) {
+    double dt = LOOM_MAX(cp->wall_ns[0][rep], cp->wall_ns[1][rep]);
+    int on_core = 1;
+    for (int i = 0; i < 2; i++) on_core &= cp->cpu_ns[i][rep] >= CAL_ON_CORE * cp->wall_ns[i][rep];
+    if (rep == 0 || dt < best_any) best_any = dt;
+    if ((on_core || !cp->spin) && (best == 0 || dt < best)) best = dt;
+  }
+  cp->last_disturbed = best <= 0;
+  return best > 0 ? best : best_any;
+}
+
+/* GB/s per thread of one kind at one size (cal_best_ns); 0 when the kind
+ * cannot run here (cross-memory attach not allowed). */
 static double cal_measure(struct cal_pair* cp, enum cal_kind kind, size_t bytes) {
   cp->kind = kind;
   cp->bytes = bytes;
   atomic_store(&cp->failed, 0);
-  cp->best_ns[0] = cp->best_ns[1] = 0;
   /* Small sizes take microseconds, and one preemption spoils a run: more
    * runs of them, about 4 MiB per thread in all. */
-  cp->reps = (int)LOOM_MIN((size_t)32, LOOM_MAX((size_t)3, (size_t)(4u << 20) / bytes));
+  cp->reps = (int)LOOM_MIN((size_t)CAL_REPS_MAX, LOOM_MAX((size_t)3, (size_t)(4u << 20) / bytes));
   pthread_t t;
   if (pthread_barrier_init(&cp->bar, NULL, 2) != 0) return 0;
   if (pthread_create(&t, NULL, cal_peer, cp) != 0) {
@@ -234,8 +269,9 @@ static double cal_measure(struct cal_pair* cp, enum cal_kind kind, size_t bytes)
   cal_side(cp, 0);
   pthread_join(t, NULL);
   pthread_barrier_destroy(&cp->bar);
-  double ns = LOOM_MAX(cp->best_ns[0], cp->best_ns[1]);
-  return atomic_load(&cp->failed) || ns <= 0 ? 0 : (double)bytes / ns;
+  if (atomic_load(&cp->failed)) return 0;
+  double ns = cal_best_ns(cp);
+  return ns <= 0 ? 0 : (double)bytes / ns;
 }
 
 /* Fills the tables of out; 0, or -1 when memory ran short. */
@@ -264,21 +300,35 @@ static int cal_bandwidths(struct tune_consts* out) {
     cp->spin = cpus_online() >= 2;
     double* tables[CAL_KINDS];
     tables_of(out, tables);
+    int dist[CAL_KINDS][TUNE_CAL_POINTS];
     for (int p = 0; p < TUNE_CAL_POINTS; p++)
-      for (int kind = 0; kind < CAL_KINDS; kind++)
+      for (int kind = 0; kind < CAL_KINDS; kind++) {
         tables[kind][p] = cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p));
+        dist[kind][p] = cp->last_disturbed;
+      }
     /* A bandwidth falls as buffers outgrow the caches, never by half from
      * one point to the next larger: a point far below its larger
      * neighbour (or the largest far below its smaller one) was disturbed
-     * (a preempted thread stalls the other), and is measured again. */
+     * (a preempted thread stalls the other), and is measured again; so is
+     * one that had no undisturbed run, once (under load that lasts, every
+     * point has none). An undisturbed figure replaces a disturbed one;
+     * otherwise the larger stays. */
+    out->disturbed = 0;
     for (int kind = 0; kind < CAL_KINDS; kind++)
-      for (int p = 0; p < TUNE_CAL_POINTS; p++)
+      for (int p = 0; p < TUNE_CAL_POINTS; p++) {
         for (int again = 0; again < 4; again++) {
           double* t = tables[kind];
           int low = p + 1 < TUNE_CAL_POINTS ? t[p] < 0.6 * t[p + 1] : t[p] < 0.3 * t[p - 1];
-          if (!low) break;
-          t[p] = LOOM_MAX(t[p], cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p)));
+          if (!low && !(dist[kind][p] && again == 0)) break;
+          double v = cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p));
+          if (dist[kind][p] && !cp->last_disturbed)
+            t[p] = v;
+          else if (dist[kind][p] == cp->last_disturbed)
+            t[p] = LOOM_MAX(t[p], v);
+          dist[kind][p] &= cp->last_disturbed;
         }
+        out->disturbed += dist[kind][p];
+      }
     /* A FIFO run that gave up (cal_wait) measured nothing: the built-in figures. */
     for (int p = 0; p < TUNE_CAL_POINTS; p++)
       if (out->copy_at[p] <= 0 || out->reduce_at[p] <= 0) rc = -1;
@@ -568,6 +618,7 @@ static void lines_measure(struct tune_consts* out) {
 }
 
 void tune_calibrate(struct tune_consts* out) {
+  out->disturbed = 0;
   out->ncpus = cpus_online(); /* the machine measured; a topology file overrides (consts_init) */
   out->step_us = step_us_measure();
   out->handoff_us = handoff_us_measure();
@@ -612,6 +663,7 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
   double v;
   int seen = 0, entries = 0, bad = 0;
   tables_clear(k);
+  k->disturbed = 0;
   while (fscanf(f, "%63s %lf", key, &v) == 2) {
     if (strcmp(key, "step_us") == 0) k->step_us = v, seen |= 1;
     if (strcmp(key, "copy_gbps") == 0) k->copy_gbps = v, seen |= 2;
@@ -624,6 +676,7 @@ int tune_consts_read(const char* path, struct tune_consts* k, int cache) {
     if (strcmp(key, "handoff_us") == 0) k->handoff_us = v >= 0 && v < 1e6 ? v : 0, seen |= 128;
     if (strcmp(key, "net_gbps") == 0 && v > 0) k->net_gbps = v;
     if (strcmp(key, "net_us") == 0 && v > 0) k->net_us = v;
+    if (strcmp(key, "disturbed") == 0) k->disturbed = v >= 0 && v < 1e6 ? (int)v : 0;
     double* e = table_entry(k, key);
     if (e) {
       if (!(v >= 0 && v < 1e6)) bad = 1; /* NaN and infinities too */
@@ -697,9 +750,9 @@ static void consts_save(struct tune_consts* k) {
   if (!f) return;
   fprintf(f,
           "step_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\nncpus %d\ncma_gbps %.3f\ncma_us %.3f\n"
-          "lines_gbps %.3f\nlines_step %.3f\nhandoff_us %.3f\n",
+          "lines_gbps %.3f\nlines_step %.3f\nhandoff_us %.3f\ndisturbed %d\n",
           k->step_us, k->copy_gbps, k->reduce_gbps, k->ncpus, k->cma_gbps, k->cma_us, k->lines_gbps,
-          k->lines_step, k->handoff_us);
+          k->lines_step, k->handoff_us, k->disturbed);
   double* tables[CAL_KINDS];
   tables_of(k, tables);
   for (int p = 0; p < TUNE_CAL_POINTS; p++)
@@ -723,12 +776,28 @@ static void consts_measure(void) {
     if (consts_now.step_us > 200) consts_now.step_us = 20;
     return;
   }
+  /* Figures measured while other work held the cores serve the processes
+   * of the next minutes (not every process of a busy test suite measures
+   * again), then a later one measures again (cache_read). */
+  if (consts_now.disturbed > 0)
+    LOOM_INFO(SUB_TUNE,
+              "calibration disturbed by load: %d bandwidth figures had no run with both threads "
+              "on their cores; cached for %d s only",
+              consts_now.disturbed, CAL_DISTURBED_TTL_S);
   consts_save(&consts_now);
 }
 
 /* The cached constants of this host into consts_now: 0, or -1 when there are none. */
 static int cache_read(const char* path) {
-  if (tune_consts_read(path, &consts_now, 1) != 0) return -1;
+  struct stat st;
+  if (tune_consts_read(path, &consts_now, 1) != 0 || stat(path, &st) != 0) return -1;
+  long age = (long)(time(NULL) - st.st_mtime);
+  if (consts_now.disturbed > 0 && (age > CAL_DISTURBED_TTL_S || age < 0)) {
+    LOOM_INFO(SUB_TUNE,
+              "the cached tuning constants %s were disturbed by load, %ld s ago: measuring again",
+              path, age);
+    return -1;
+  }
   LOOM_INFO(SUB_TUNE, "tuning constants from the cache %s", path);
   return 0;
 }

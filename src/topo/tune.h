@@ -107,6 +107,12 @@ struct tune_consts {
    * often waits for a peer that holds no core, and costs this rather than
    * step_us. 0 (a tuning file without it, one CPU): not costed apart. */
   double handoff_us;
+  /* Calibration only, never read from a file or cached: how many of the
+   * bandwidth measurements found no run in which both threads held their
+   * cores throughout (another program took them: a build, a test suite).
+   * Such figures are used by this process alone and measured again by the
+   * next (calibrate.c). */
+  int disturbed;
 };
 
 /* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh

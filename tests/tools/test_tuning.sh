@@ -39,6 +39,9 @@ t_default() {
   grep -q "disturbed by load: not cached" "$TMP/err" && return 0
   grep -q "^copy_gbps@16777216 " "$TMP"/cache/loom/tuning-*.txt ||
     { why="cache without tables: $(cat "$TMP"/cache/loom/tuning-*.txt "$TMP/err")"; return 1; }
+  # ... and says whether other work disturbed it (then a process after ten minutes measures again).
+  grep -qE "^disturbed [0-9]+$" "$TMP"/cache/loom/tuning-*.txt ||
+    { why="cache without its disturbed count: $(cat "$TMP"/cache/loom/tuning-*.txt)"; return 1; }
 }
 
 t_deterministic() {
@@ -111,7 +114,38 @@ t_one_calibration() {
     { why="$measured calibrations ($unsaved not saved), $cached from the cache: $(cat "$d"/err.*)"; return 1; }
 }
 
+# A cached calibration that other work disturbed serves for ten minutes, then the next process
+# measures again; an undisturbed one stays.
+t_disturbed_expires() {
+  local d=$TMP/expire f
+  mkdir -p "$d"
+  XDG_CACHE_HOME=$d/cache timeout 120 "$INFO" --tuning >/dev/null 2>&1 || { why="first run"; return 1; }
+  f=$(ls "$d"/cache/loom/tuning-*.txt 2>/dev/null | sed -n 1p)
+  [ -n "$f" ] || return 0 # too disturbed to be cached at all (t_one_calibration counts those)
+  sed -i 's/^disturbed .*/disturbed 0/' "$f"
+  touch -d "20 minutes ago" "$f"
+  XDG_CACHE_HOME=$d/cache LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNE timeout 120 "$INFO" --tuning \
+    >/dev/null 2>"$d/err.old" || { why="second run"; return 1; }
+  grep -q "tuning constants from the cache" "$d/err.old" ||
+    { why="an undisturbed cache of 20 minutes was not used: $(cat "$d/err.old")"; return 1; }
+  sed -i 's/^disturbed .*/disturbed 3/' "$f"
+  XDG_CACHE_HOME=$d/cache LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNE timeout 120 "$INFO" --tuning \
+    >"$d/out.new" 2>"$d/err.new" || { why="third run"; return 1; }
+  grep -q "tuning constants from the cache" "$d/err.new" ||
+    { why="a disturbed cache of a moment ago was not used: $(cat "$d/err.new")"; return 1; }
+  grep -q "were measured only while other work held the cores" "$d/out.new" ||
+    { why="loom_info --tuning does not say the figures were disturbed: $(head -3 "$d/out.new")"; return 1; }
+  sed -i 's/^disturbed .*/disturbed 3/' "$f"
+  touch -d "20 minutes ago" "$f"
+  XDG_CACHE_HOME=$d/cache LOOM_DEBUG=INFO LOOM_DEBUG_SUBSYS=TUNE timeout 120 "$INFO" --tuning \
+    >/dev/null 2>"$d/err.exp" || { why="fourth run"; return 1; }
+  grep -q "were disturbed by load, [0-9]* s ago: measuring again" "$d/err.exp" &&
+    grep -q "calibrated: step" "$d/err.exp" ||
+    { why="a disturbed cache of 20 minutes was used again: $(cat "$d/err.exp")"; return 1; }
+}
+
 run_case "the calibration's tables; no ordered family by default" t_default
+run_case "a disturbed calibration is measured again after ten minutes" t_disturbed_expires
 run_case "four processes of a new host: one calibration" t_one_calibration
 run_case "LOOM_DETERMINISTIC=1: the ordered family (and lines, small) serve the reductions" t_deterministic
 run_case "LOOM_DIRECT=0: no direct plans" t_no_direct

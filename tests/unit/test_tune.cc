@@ -1,10 +1,15 @@
 // test_tune.cc - the tuner picks what its cost model predicts fastest.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 extern "C" {
 #include "topo/tune.h"
@@ -13,7 +18,7 @@ extern "C" {
 namespace {
 
 const tune_consts kConsts = {2.0, 5.0, 20.0, 2, 3.0, 1.0, 1.25, 0.125, 0.0, 0.0, 0.0,
-                             0.0, 0,   0,    0, 0,   {},  {},   {},    {},  0.0};
+                             0.0, 0,   0,    0, 0,   {},  {},   {},    {},  0.0, 0};
 const unsigned kAll = (1u << TUNE_ALGO_COUNT) - 1;
 // The families that pass messages through FIFOs (no direct reads, no lines).
 const unsigned kFifo =
@@ -285,6 +290,38 @@ TEST(Tune, CalibrationGivesUsableConstants) {
   }
   EXPECT_EQ(k.copy_gbps, k.copy_at[TUNE_CAL_POINTS - 1]);
   EXPECT_EQ(k.cma_gbps, k.cma_at[TUNE_CAL_POINTS - 1]);
+}
+
+// A calibration while other threads take the cores says so (tune_consts.disturbed, and
+// then it is not cached): two busy threads beside the calibration's two, all four on two
+// CPUs, leave each of the calibration's threads about half a core, and no run of the larger
+// sizes (milliseconds each) escapes that. Without the count, such figures, slow everywhere,
+// were cached and steered every later job.
+TEST(Tune, CalibrationUnderLoadSaysItIsDisturbed) {
+  cpu_set_t old, two;
+  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+  if (CPU_COUNT(&old) < 2) GTEST_SKIP() << "one CPU: the calibration spins nowhere";
+  CPU_ZERO(&two);
+  for (int c = 0, got = 0; c < CPU_SETSIZE && got < 2; c++)
+    if (CPU_ISSET(c, &old)) {
+      CPU_SET(c, &two);
+      got++;
+    }
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(two), &two), 0);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 2; i++)  // threads inherit the two CPUs
+    busy.emplace_back([&stop] {
+      volatile unsigned long x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    });
+  tune_consts k{};
+  tune_calibrate(&k);
+  stop = true;
+  for (auto& t : busy) t.join();
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+  EXPECT_GT(k.disturbed, 0);
+  EXPECT_GT(k.copy_gbps, 0);  // still figures this process can use
 }
 
 // The tuner never picks a family that moves its bytes in a way the
