@@ -101,11 +101,13 @@ unsigned algo_candidates(enum coll_kind kind, int direct, int lines, int determi
 }
 
 /* coll_args.distinct: whether t's plan may count on SEND and RECV being
- * two buffers. Only all-to-all's direct plan differs (one copy instead of
- * two); for the other kinds it stays 0, so that in-place and out-of-place
- * calls share one cached plan. Ranks of one call may differ in it: both of
- * read_alltoall_build's forms have the same syncs, and peers read only
- * SEND, which neither writes between them. */
+ * two buffers. Only all-to-all's plans differ (the direct plan's one copy
+ * instead of two, pairwise's receives straight into RECV instead of through
+ * scratch); for the other kinds it stays 0, so that in-place and
+ * out-of-place calls share one cached plan. Ranks of one call may differ in
+ * it: both of read_alltoall_build's forms have the same syncs, and peers
+ * read only SEND, which neither writes between them; both of pairwise's
+ * have the same exchanges and differ in local copies only. */
 static int task_distinct(const struct coll_task* t) {
   return t->kind == COLL_ALLTOALL && t->sendbuff != t->recvbuff;
 }

@@ -17,7 +17,8 @@
  * offset k brings (from r - k) is the one rank r sends itself at offset
  * n - k, the very next step: so the blocks of offsets 1 .. n/2 go through
  * scratch (one slice at a time, in two slots), the others never do; that
- * is the price of not knowing. The rule works range by range on any layout,
+ * is the price of not knowing, paid only in place: an out-of-place call
+ * (coll_args.distinct) has a plan that stages nothing. The rule works range by range on any layout,
  * but all-to-all-v has no in-place form (its send and receive layouts
  * differ), so it stages nothing (inplace_safe = 0) and pays nothing.
  *
@@ -323,7 +324,12 @@ loomResult_t pairwise_alltoall_build(const struct coll_args* a, struct plan* out
     v[q] = c;
     v[n + q] = (size_t)q * c;
   }
-  struct a2a g = {.p = out, .n = n, .r = a->rank, .se = a->slice_elems, .inplace_safe = 1};
+  /* Out of place (a->distinct) nothing is staged: every receive goes
+   * straight into RECV, one copy fewer for half the blocks (all of them at
+   * 2 ranks). The exchanges are the same either way, so ranks of one call
+   * that differ in it still match. */
+  struct a2a g = {
+      .p = out, .n = n, .r = a->rank, .se = a->slice_elems, .inplace_safe = !a->distinct};
   g.scount = g.rcount = v;
   g.sdispl = g.rdispl = v + n;
   loomResult_t res = a2a_build(&g, "pairwise all-to-all");
