@@ -18,9 +18,10 @@
  * n - k, the very next step: so the blocks of offsets 1 .. n/2 go through
  * scratch (one slice at a time, in two slots), the others never do; that
  * is the price of not knowing, paid only in place: an out-of-place call
- * (coll_args.distinct) has a plan that stages nothing. The rule works range by range on any layout,
- * but all-to-all-v has no in-place form (its send and receive layouts
- * differ), so it stages nothing (inplace_safe = 0) and pays nothing.
+ * (coll_args.distinct) has a plan that stages nothing. The rule works range
+ * by range on any layout, but all-to-all-v has no in-place form (its send
+ * and receive layouts differ), so it stages nothing (inplace_safe = 0) and
+ * pays nothing.
  *
  * Bruck's all-to-all (small blocks). Block i of the rotated input is the one
  * for rank r + i. In exchange step k, every block whose index has bit k set

@@ -107,11 +107,11 @@ struct tune_consts {
    * often waits for a peer that holds no core, and costs this rather than
    * step_us. 0 (a tuning file without it, one CPU): not costed apart. */
   double handoff_us;
-  /* Calibration only, never read from a file or cached: how many of the
-   * bandwidth measurements found no run in which both threads held their
-   * cores throughout (another program took them: a build, a test suite).
-   * Such figures are used by this process alone and measured again by the
-   * next (calibrate.c). */
+  /* How many of the calibration's bandwidth figures had no run in which
+   * both threads held their cores throughout (another program took them: a
+   * build, a test suite), even when measured again. Cached with the
+   * figures ("disturbed N"); a cache that says so serves for ten minutes,
+   * then the next process measures again (calibrate.c). */
   int disturbed;
 };
 
