@@ -300,8 +300,8 @@ TEST(Tune, CalibrationGivesUsableConstants) {
 }
 
 // A calibration while other threads take the cores says so (tune_consts.disturbed, and
-// then it is not cached): two busy threads beside the calibration's two, all four on two
-// CPUs, leave each of the calibration's threads about half a core, and no run of the larger
+// then it is cached for ten minutes only): two busy threads beside the calibration's two, all four
+// on two CPUs, leave each of the calibration's threads about half a core, and no run of the larger
 // sizes (milliseconds each) escapes that. Without the count, such figures, slow everywhere,
 // were cached and steered every later job.
 TEST(Tune, CalibrationUnderLoadSaysItIsDisturbed) {
