@@ -339,9 +339,10 @@ int perf_main(const struct perf_coll* coll, int argc, char** argv) {
   }
   if (world_init(&w) != 0) return PERF_EXIT_FAIL;
   if (coll->has_root && o.root >= w.nranks) {
-    if (w.proc == 0)
-      fprintf(stderr, "-r %d: root out of range: the run has %d ranks (0 to %d)\n", o.root,
-              w.nranks, w.nranks - 1);
+    /* Every process says it: the first to exit makes loomrun stop the others,
+     * which may be before process 0 has printed. */
+    fprintf(stderr, "-r %d: root out of range: the run has %d ranks (0 to %d)\n", o.root, w.nranks,
+            w.nranks - 1);
     if (w.env_comm) loomCommDestroy(w.env_comm);
     json_close(&w, 0);
     return PERF_EXIT_USAGE;
