@@ -147,9 +147,12 @@ loomResult_t read_broadcast_build(const struct coll_args* a, struct plan* out) {
   return plan_finish(out);
 }
 
-/* In place the receive buffer is the send buffer peers read: stage the
- * blocks in scratch and copy them out after the last sync. Out of place
- * (a->distinct) each block goes straight to its place in RECV: one copy. */
+/* In place the receive buffer is the send buffer peers read: the peers'
+ * blocks are staged in scratch and copied out after the last sync, and the
+ * own block stays where it is (its copy is a no-op in place; no peer reads
+ * block r of this rank's SEND, so out of place it may land at once). Out of
+ * place (a->distinct) each block goes straight to its place in RECV: one
+ * copy. */
 loomResult_t read_alltoall_build(const struct coll_args* a, struct plan* out) {
   size_t c = a->count, total = c * (size_t)a->nranks;
   int n = a->nranks, r = a->rank;
@@ -160,15 +163,18 @@ loomResult_t read_alltoall_build(const struct coll_args* a, struct plan* out) {
   if (c == 0) return plan_finish(out);
   sync_step(out);
   plan_step_begin(out);
-  plan_add(out, OP_COPY, -1, ref(PB_SEND, (size_t)r * c), ref(land, (size_t)r * c), c);
+  plan_add(out, OP_COPY, -1, ref(PB_SEND, (size_t)r * c), ref(PB_RECV, (size_t)r * c), c);
   for (int k = 1; k < n; k++) {
     int q = (r + k) % n;
     plan_add(out, OP_PEER_COPY, q, ref(PB_SEND, (size_t)r * c), ref(land, (size_t)q * c), c);
   }
   sync_step(out);
-  if (!a->distinct) {
+  if (!a->distinct) { /* the blocks before the own one, then those after it */
     plan_step_begin(out);
-    plan_add(out, OP_COPY, -1, ref(PB_SCRATCH, 0), ref(PB_RECV, 0), total);
+    if (r > 0) plan_add(out, OP_COPY, -1, ref(PB_SCRATCH, 0), ref(PB_RECV, 0), (size_t)r * c);
+    if (r + 1 < n)
+      plan_add(out, OP_COPY, -1, ref(PB_SCRATCH, (size_t)(r + 1) * c),
+               ref(PB_RECV, (size_t)(r + 1) * c), total - (size_t)(r + 1) * c);
   }
   return plan_finish(out);
 }

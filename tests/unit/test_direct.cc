@@ -151,6 +151,30 @@ TEST(DirectChecker, TheOneCopyAllToAllIsForDistinctBuffersOnly) {
   EXPECT_NE(why.find("in-place"), std::string::npos) << why;
 }
 
+// In place, only the peers' blocks go through scratch: n - 1 blocks read in
+// and copied out, the own block left where it is (proven in place and out of
+// place by EveryRankCountRootAndVariantIsCorrect).
+TEST(DirectChecker, TheInPlaceAllToAllStagesOnlyThePeersBlocks) {
+  const Algo& inplace = kAlgos[std::size(kAlgos) - 2];
+  ASSERT_FALSE(inplace.distinct);
+  for (int n : {2, 3, 5})
+    EXPECT_EQ(Check(inplace, {n, 7, 1 << 20, 0, false, false},
+                    [n](std::vector<plan>& p) {
+                      for (int r = 0; r < n; r++) {
+                        const plan& q = p[r];
+                        size_t into = 0, outof = 0;
+                        for (uint32_t o = 0; o < q.nops; o++) {
+                          const plan_op& op = q.ops[o];
+                          if (op.kind != OP_SYNC && op.dst.buf == PB_SCRATCH) into += op.count;
+                          if (op.src.buf == PB_SCRATCH && op.kind == OP_COPY) outof += op.count;
+                        }
+                        EXPECT_EQ(into, size_t(7) * (n - 1)) << "rank " << r << " of " << n;
+                        EXPECT_EQ(outof, size_t(7) * (n - 1)) << "rank " << r << " of " << n;
+                      }
+                    }),
+              "");
+}
+
 TEST(DirectChecker, CatchesAReadBeforeTheFirstSyncOrAfterTheLast) {
   // Read all-gather: swap the first sync and the read, so the read comes
   // first.
