@@ -382,7 +382,36 @@ def machine_state_lines(out, meta):
     if mc:
         lines.append("memcpy bandwidth (perf/compare/memcpy_bw, 256 MiB, best of 7): %s."
                      % ", ".join("%s thread(s) %.2f GB/s" % (t, v) for t, v in sorted(mc.items())))
+    lines += c2c_lines(out)
     return lines
+
+
+def c2c_lines(out):
+    """The cores' state before each run (c2c.txt: LIB COLL N REP BAND, then c2c's line), as
+    lines: the range of the hand-off and the ping-pong, and per library the runs that started
+    with the cores far apart (a hand-off under half the run's best)."""
+    path = os.path.join(out, "c2c.txt")
+    if not os.path.exists(path):
+        return []
+    runs = []
+    with open(path) as fh:
+        for line in fh:
+            w = line.split()
+            if len(w) >= 14 and w[5] == "c2c":
+                runs.append((w[0], float(w[w.index("handoff_gbs") + 1]),
+                             float(w[w.index("pingpong_us") + 1])))
+    if not runs:
+        return []
+    best = max(r[1] for r in runs)
+    per = {}
+    for lib, gbs, _ in runs:
+        far, total = per.get(lib, (0, 0))
+        per[lib] = (far + (gbs < best / 2), total + 1)
+    return ["Cores before each run (perf/compare/c2c, CPUs 0 and 1: a 1 MiB hand-off, a ping-pong): "
+            "%.1f-%.1f GB/s, %.3f-%.3f us; far apart (hand-off under half the best) before %s. "
+            "A library that ran far apart more often than another is compared at a disadvantage."
+            % (min(r[1] for r in runs), best, min(r[2] for r in runs), max(r[2] for r in runs),
+               ", ".join("%d of %d %s runs" % (per[k][0], per[k][1], k) for k in sorted(per)))]
 
 def write_summary(out, docs, meta, placement):
     nranks_all = sorted({n for (_, _, n) in docs})
