@@ -28,7 +28,6 @@ static _Atomic long flag;
 static char *shared, *src, *dst;
 static size_t bytes = 1u << 20;
 static long rounds = 500, pings = 20000;
-static int cpu[2] = {-1, -1};
 
 static double now_us(void) {
   struct timespec ts;
@@ -88,6 +87,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "c2c: -s, -r and -p must be positive\n");
     return 2;
   }
+  int cpu[2] = {-1, -1};
   cpu_set_t mask;
   if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return 1;
   for (int i = 0, k = 0; i < CPU_SETSIZE && k < 2; i++)
