@@ -199,9 +199,16 @@ static double allreduce_us(const struct tune_consts* k, enum tune_algo a, int n,
     case TUNE_TREE: {
       /* Both trees run at once, each with half the data: about 2.5 log2 n
        * rounds of latency (up with a stagger per level, then down), then one
-       * round per slice, each round moving a slice to two children. */
-      double rounds = 2.5 * log2(n) + slices(S / 2, sl);
-      return rounds * (k->step_us + 2 * fmin(sl, S / 2) / B) + S / R;
+       * round per slice, paced by the busiest rank. At 2 ranks each rank is
+       * the root of one tree and the leaf of the other: a slice in and one
+       * out a round. From 3 ranks the busiest moves twice that (tree.c): with
+       * two children in one tree and a leaf in the other, two slices in and
+       * one out on the way up, one in and two out on the way down, one each
+       * way as the leaf; 2 S in all, where the ring moves 2 (n - 1) / n S
+       * (at 4 ranks on 2 cores the tree took 1.1-1.5x the ring's time from
+       * 1 MiB up, docs/PERFORMANCE.md). */
+      double rounds = 2.5 * log2(n) + slices(S / 2, sl), per = n > 2 ? 4 : 2;
+      return rounds * (k->step_us + per * fmin(sl, S / 2) / B) + S / R;
     }
     case TUNE_RHD: {
       int p = 1 << log2_floor(n), lg = log2_floor(n);
