@@ -105,6 +105,7 @@ struct cal_pair {
   int last_disturbed;                         /* the last measurement had no undisturbed run */
   _Atomic int failed;
   _Atomic int arrived[2]; /* runs each thread has reached the start of (cal_start) */
+  size_t piece;           /* the piece of the buffers the next measurement starts at */
 };
 
 /* One poll that found nothing to do. idle counts them since the last that
@@ -223,10 +224,15 @@ static void cal_start(struct cal_pair* cp, int me, int rep) {
 static void cal_side(struct cal_pair* cp, int me) {
   /* Each run takes the next piece of the buffers, as the perf tools (and
    * nccl-tests) move theirs from call to call: data that the last run left
-   * in cache would flatter every way of moving it, a copy by the kernel most. */
+   * in cache would flatter every way of moving it, a copy by the kernel most.
+   * The pieces go on from one measurement to the next (piece): started again
+   * at the first for each, the runs of a point found in cache what the
+   * measurements before them had touched, the four buffers being twice the
+   * last-level cache here, and a read by cross-memory attach of data out of
+   * cache took three times as long as of data in it. */
   size_t pieces = LOOM_MAX((size_t)CAL_BYTES / cp->bytes, (size_t)1);
   for (int rep = 0; rep < cp->reps; rep++) {
-    size_t at = cp->bytes * ((size_t)rep % pieces);
+    size_t at = cp->bytes * ((cp->piece + (size_t)rep) % pieces);
     pthread_barrier_wait(&cp->bar);
     cal_start(cp, me, rep);
     uint64_t c0 = thread_cpu_ns(), t0 = time_now_ns();
@@ -295,6 +301,7 @@ static double cal_measure(struct cal_pair* cp, enum cal_kind kind, size_t bytes)
   cal_side(cp, 0);
   pthread_join(t, NULL);
   pthread_barrier_destroy(&cp->bar);
+  cp->piece += (size_t)cp->reps;
   if (atomic_load(&cp->failed)) return 0;
   double ns = cal_best_ns(cp);
   return ns <= 0 ? 0 : (double)bytes / ns;
