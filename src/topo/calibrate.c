@@ -1,5 +1,5 @@
 /* calibrate.c - the constants of the cost model: measured on this host at
- * first use (about half a second) and cached under the user's cache directory, or
+ * first use (about 1.6 seconds) and cached under the user's cache directory, or
  * read from LOOM_TUNING_FILE. */
 #include <errno.h>
 #include <fcntl.h>

@@ -116,7 +116,7 @@ struct tune_consts {
 };
 
 /* The constants in force: LOOM_TUNING_FILE, else the cache, else a fresh
- * calibration (about half a second, then cached). Thread safe; never fails (falls
+ * calibration (about 1.6 seconds, then cached). Thread safe; never fails (falls
  * back to built-in values with an INFO line). */
 const struct tune_consts* tune_consts_get(void);
 /* Reads a tuning file (LOOM_TUNING_FILE, or the cache) into k: lines of key and value, the
