@@ -399,18 +399,22 @@ def c2c_lines(out):
             w = line.split()
             if len(w) >= 14 and w[5] == "c2c":
                 runs.append((w[0], float(w[w.index("handoff_gbs") + 1]),
-                             float(w[w.index("pingpong_us") + 1])))
+                             float(w[w.index("pingpong_us") + 1]),
+                             "CPUs %s and %s" % (w[7], w[8]), int(w[w.index("bytes") + 1])))
     if not runs:
         return []
     best = max(r[1] for r in runs)
     per = {}
-    for lib, gbs, _ in runs:
+    for lib, gbs, *_ in runs:
         far, total = per.get(lib, (0, 0))
         per[lib] = (far + (gbs < best / 2), total + 1)
-    return ["Cores before each run (perf/compare/c2c, CPUs 0 and 1: a 1 MiB hand-off, a ping-pong): "
+    cpus = ", ".join(sorted({r[3] for r in runs}))
+    sizes = ", ".join(fmt_size(b) for b in sorted({r[4] for r in runs}))
+    return ["Cores before each run (perf/compare/c2c, %s: a %s hand-off, a ping-pong): "
             "%.1f-%.1f GB/s, %.3f-%.3f us; far apart (hand-off under half the best) before %s. "
             "A library that ran far apart more often than another is compared at a disadvantage."
-            % (min(r[1] for r in runs), best, min(r[2] for r in runs), max(r[2] for r in runs),
+            % (cpus, sizes, min(r[1] for r in runs), best, min(r[2] for r in runs),
+               max(r[2] for r in runs),
                ", ".join("%d of %d %s runs" % (per[k][0], per[k][1], k) for k in sorted(per)))]
 
 def write_summary(out, docs, meta, placement):

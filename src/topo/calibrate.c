@@ -348,6 +348,16 @@ static void cal_warm_up(struct cal_pair* cp) {
   if (peer) pthread_join(t, NULL);
 }
 
+/* A new figure v of a point (d: it was disturbed) against the one kept (*t, *dist): an
+ * undisturbed figure replaces a disturbed one; otherwise the larger stays. */
+static void cal_keep(double* t, int* dist, double v, int d) {
+  if (*dist && !d)
+    *t = v;
+  else if (*dist == d)
+    *t = LOOM_MAX(*t, v);
+  *dist &= d;
+}
+
 /* Fills the tables of out; 0, or -1 when memory ran short. */
 static int cal_bandwidths(struct tune_consts* out) {
   struct cal_pair* cp = calloc(1, sizeof(*cp));
@@ -375,16 +385,24 @@ static int cal_bandwidths(struct tune_consts* out) {
     double* tables[CAL_KINDS];
     tables_of(out, tables);
     int dist[CAL_KINDS][TUNE_CAL_POINTS];
+    /* Passes in which a point had no undisturbed run. Three passes give load that lasts
+     * three times the chances to spare one run of every point, and a point counts as
+     * disturbed when most of its passes were (load that lasts through the calibration), or
+     * when none of its measurements had an undisturbed run. */
+    int pass_dist[CAL_KINDS][TUNE_CAL_POINTS] = {{0}};
     for (int pass = 0; pass < CAL_PASSES; pass++) {
       if (pass > 0) usleep(CAL_PASS_GAP_MS * 1000);
       cal_warm_up(cp);
       for (int p = 0; p < TUNE_CAL_POINTS; p++)
         for (int kind = 0; kind < CAL_KINDS; kind++) {
           double v = cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p));
-          int d = cp->last_disturbed;
-          if (pass == 0 || (dist[kind][p] && !d) || (dist[kind][p] == d && v > tables[kind][p]))
+          pass_dist[kind][p] += cp->last_disturbed;
+          if (pass == 0) {
             tables[kind][p] = v;
-          dist[kind][p] = pass == 0 ? d : dist[kind][p] & d;
+            dist[kind][p] = cp->last_disturbed;
+          } else {
+            cal_keep(&tables[kind][p], &dist[kind][p], v, cp->last_disturbed);
+          }
         }
     }
     /* A bandwidth falls as buffers outgrow the caches, never by half from
@@ -402,13 +420,9 @@ static int cal_bandwidths(struct tune_consts* out) {
           int low = p + 1 < TUNE_CAL_POINTS ? t[p] < 0.6 * t[p + 1] : t[p] < 0.3 * t[p - 1];
           if (!low && !(dist[kind][p] && again == 0)) break;
           double v = cal_measure(cp, (enum cal_kind)kind, tune_cal_bytes(p));
-          if (dist[kind][p] && !cp->last_disturbed)
-            t[p] = v;
-          else if (dist[kind][p] == cp->last_disturbed)
-            t[p] = LOOM_MAX(t[p], v);
-          dist[kind][p] &= cp->last_disturbed;
+          cal_keep(&t[p], &dist[kind][p], v, cp->last_disturbed);
         }
-        out->disturbed += dist[kind][p];
+        out->disturbed += dist[kind][p] || 2 * pass_dist[kind][p] > CAL_PASSES;
       }
     /* A FIFO run that gave up (cal_wait) measured nothing: the built-in figures. */
     for (int p = 0; p < TUNE_CAL_POINTS; p++)
