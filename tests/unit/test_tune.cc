@@ -82,6 +82,21 @@ TEST(Tune, ModelShapes) {
             TUNE_PAIRWISE);
 }
 
+// The tree all-reduce is paced by its busiest rank: at 2 ranks a slice in and one out a
+// round, the ring's volume; from 3 ranks four transfers a round, 2S in all against the
+// ring's 2(n-1)/n S, so a large buffer goes by the ring (costed at two, the tree won at 4
+// ranks from 16 MiB where it took 1.1-1.5x the ring's time).
+TEST(Tune, TheTreesBusiestRankMovesFourSlicesARoundFromThreeRanks) {
+  for (int n : {3, 4, 8}) {
+    double tree = tune_predict_us(&kConsts, TUNE_ALLREDUCE, TUNE_TREE, n, 256u << 20, 256 << 10);
+    double ring = tune_predict_us(&kConsts, TUNE_ALLREDUCE, TUNE_RING, n, 256u << 20, 256 << 10);
+    EXPECT_GT(tree, ring) << n << " ranks";
+  }
+  double tree2 = tune_predict_us(&kConsts, TUNE_ALLREDUCE, TUNE_TREE, 2, 256u << 20, 256 << 10);
+  double ring2 = tune_predict_us(&kConsts, TUNE_ALLREDUCE, TUNE_RING, 2, 256u << 20, 256 << 10);
+  EXPECT_LT(tree2, 1.3 * ring2);
+}
+
 // Direct plans: between processes they read by cross-memory attach, here
 // slower than a FIFO's two copies, so large all-reduces stay on the ring;
 // thread ranks read with loads, one copy, and take the two-shot plan.
