@@ -12,10 +12,22 @@ macro(loom_feature name found detail)
   endif()
 endmacro()
 
+# CUDA: the device kernels (src/kernels/cuda/reduce.cu) are compiled by the nvcc that CMake's
+# CUDA language finds (check_language), into one fatbin that libloom carries and loads through
+# the driver at run time; nothing links libcuda or the runtime. LOOM_CUDA=OFF leaves them out.
+option(LOOM_CUDA "Build the device kernels when nvcc is found" ON)
 include(CheckLanguage)
-check_language(CUDA)
+if(LOOM_CUDA)
+  check_language(CUDA)
+endif()
 find_package(CUDAToolkit QUIET)
-loom_feature(cuda CUDAToolkit_FOUND "CUDA ${CUDAToolkit_VERSION}, device paths not built yet")
+if(LOOM_CUDA AND CMAKE_CUDA_COMPILER)
+  set(LOOM_HAVE_CUDA_KERNELS TRUE)
+else()
+  set(LOOM_HAVE_CUDA_KERNELS FALSE)
+endif()
+loom_feature(cuda LOOM_HAVE_CUDA_KERNELS
+             "${CMAKE_CUDA_COMPILER}: kernels for sm_80, sm_90 and compute_90, no CUDA executor yet")
 
 find_library(LOOM_IBVERBS_LIB ibverbs)
 find_path(LOOM_IBVERBS_INC infiniband/verbs.h)
