@@ -42,7 +42,7 @@ build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE "sanity|long|tsan"
 if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then exit 0; fi
 # Sanitizers over the unit tests and a covering part of the multi-rank tests. These trees build
 # only what their labels run (perf tools and examples are built and run by the main pass).
-targets="loom_unit_tests loom_mp_tests loom_mp_boot_tests loom_parallel_tests loom_nccl nccl_abi nccl_ranks loom_cuda_notice"
+targets="loom_unit_tests loom_mp_tests loom_mp_boot_tests loom_parallel_tests loom_nccl nccl_abi nccl_ranks loom_cuda_notice loom_cuda_kernels"
 for f in boot_wire sock_wire unique_id settings files record; do targets+=" fuzz_${f}_replay"; done
 build_and_test build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address,undefined -- -L "unit|sanity"
 build_and_test build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -- -L "tsan|sanity"
@@ -53,4 +53,5 @@ vg=(valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=defini
 "${vg[@]}" ./build/tests/loom_mp_tests --gtest_brief=1 \
   --gtest_filter='Ranks/CommInit.*/thread3:Ranks/P2PGroup.*/thread3:Ranks/Stream.*/thread3:Ranks/AllReduceMatrix.*/thread3_float32:AllReduce.PreMulSum*:Ranks/Handles.*/thread:HandlesInitAll.*'
 "${vg[@]}" ./build/tests/cudastub/loom_cuda_notice ./build/tests/cudastub/stub/libcuda.so.1
+"${vg[@]}" ./build/tests/cudastub/loom_cuda_kernels ./build/tests/cudastub/stub/libcuda.so.1
 echo "all test passes done"

@@ -76,6 +76,7 @@ static struct {
   const char* why;
   cu_result (*init)(unsigned);
   cu_result (*ctx_get_current)(cu_context*);
+  cu_result (*ctx_get_id)(cu_context, unsigned long long*); /* CUDA 12 on; may be NULL */
   cu_result (*ctx_get_device)(int*);
   cu_result (*device_get_attribute)(int*, int, int);
   cu_result (*module_load_data)(cu_module*, const void*);
@@ -90,6 +91,7 @@ static struct {
 #define CTX_MAX 64
 struct ctx_kernels {
   cu_context ctx;
+  unsigned long long id; /* the context's unique id, or 0 where the driver has none */
   cu_module mod;
   int sms;
   cu_function fn[KERNEL_COUNT];
@@ -122,6 +124,7 @@ static void drv_load(void) {
 #define DRV_SYM(field, name) *(void**)&drv.field = dlsym(h, name)
   DRV_SYM(init, "cuInit");
   DRV_SYM(ctx_get_current, "cuCtxGetCurrent");
+  DRV_SYM(ctx_get_id, "cuCtxGetId");
   DRV_SYM(ctx_get_device, "cuCtxGetDevice");
   DRV_SYM(device_get_attribute, "cuDeviceGetAttribute");
   DRV_SYM(module_load_data, "cuModuleLoadData");
@@ -170,12 +173,16 @@ static loomResult_t ctx_kernels_get(struct ctx_kernels** out) {
                   r ? cu_text(r) : "none set");
     goto out;
   }
-  if (last && last->ctx == ctx) {
+  /* A context destroyed and another made at its address would find the old
+   * module: the unique id tells them apart where the driver has one. */
+  unsigned long long id = 0;
+  if (drv.ctx_get_id && drv.ctx_get_id(ctx, &id) != 0) id = 0;
+  if (last && last->ctx == ctx && last->id == id) {
     *out = last;
     goto out;
   }
   for (int i = 0; i < ctx_count; i++)
-    if (ctx_table[i].ctx == ctx) {
+    if (ctx_table[i].ctx == ctx && ctx_table[i].id == id) {
       *out = last = &ctx_table[i];
       goto out;
     }
@@ -206,6 +213,7 @@ static loomResult_t ctx_kernels_get(struct ctx_kernels** out) {
     }
   }
   ck->ctx = ctx;
+  ck->id = id;
   ctx_count++;
   *out = last = ck;
 #else
