@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,6 +57,10 @@ const Family kFamilies[] = {
     {"direct_gather", direct_gather_build, kGather},
     {"direct_scatter", direct_scatter_build, kScatter},
 };
+
+void PrintTo(const Family& f, std::ostream* os) {
+  *os << f.name;
+}
 
 bool rooted(Kind k) {
   return k == kBroadcast || k == kReduce || k == kGather || k == kScatter;
