@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh - everything of Loom that needs a GPU, in one command for a machine that has
-# one (a lent H100 or H200: about 3 minutes there, well inside its 10-minute limit):
+# one (a lent H100 or H200: a minute or two there, well inside its 10-minute limit):
 #   1. build Loom with its device kernels (nvcc; no GoogleTest needed),
 #   2. gpu_kernels: every datatype and op of the device kernels against the host kernels, bit
 #      for bit (counts 0 to 2^20 + 3, aligned and misaligned, in place and out of place),

@@ -61,39 +61,27 @@ LOOM_HD static inline double dev_nan_f64(double a, double b, double r) {
   return dev_f64_of(0xfff8000000000000ull);
 }
 
-/* ---- float32 and float64 ---- */
-LOOM_HD static inline float dev_f32_sum(float a, float b) {
-  return dev_nan_f32(a, b, a + b);
-}
-LOOM_HD static inline float dev_f32_prod(float a, float b) {
-  return dev_nan_f32(a, b, a * b);
-}
-LOOM_HD static inline float dev_f32_max(float a, float b) {
-  return a > b ? a : b;
-}
-LOOM_HD static inline float dev_f32_min(float a, float b) {
-  return a < b ? a : b;
-}
-LOOM_HD static inline float dev_f32_div(float a, int d) {
-  float fd = (float)d;
-  return dev_nan_f32(a, fd, a / fd);
-}
-LOOM_HD static inline double dev_f64_sum(double a, double b) {
-  return dev_nan_f64(a, b, a + b);
-}
-LOOM_HD static inline double dev_f64_prod(double a, double b) {
-  return dev_nan_f64(a, b, a * b);
-}
-LOOM_HD static inline double dev_f64_max(double a, double b) {
-  return a > b ? a : b;
-}
-LOOM_HD static inline double dev_f64_min(double a, double b) {
-  return a < b ? a : b;
-}
-LOOM_HD static inline double dev_f64_div(double a, int d) {
-  double fd = (double)d;
-  return dev_nan_f64(a, fd, a / fd);
-}
+/* ---- float32 and float64: one family each, computed in their own type ---- */
+#define DEV_FLOAT_OPS(T, s)                           \
+  LOOM_HD static inline T dev_##s##_sum(T a, T b) {   \
+    return dev_nan_##s(a, b, a + b);                  \
+  }                                                   \
+  LOOM_HD static inline T dev_##s##_prod(T a, T b) {  \
+    return dev_nan_##s(a, b, a * b);                  \
+  }                                                   \
+  LOOM_HD static inline T dev_##s##_max(T a, T b) {   \
+    return a > b ? a : b;                             \
+  }                                                   \
+  LOOM_HD static inline T dev_##s##_min(T a, T b) {   \
+    return a < b ? a : b;                             \
+  }                                                   \
+  LOOM_HD static inline T dev_##s##_div(T a, int d) { \
+    T fd = (T)d;                                      \
+    return dev_nan_##s(a, fd, a / fd);                \
+  }
+DEV_FLOAT_OPS(float, f32)
+DEV_FLOAT_OPS(double, f64)
+#undef DEV_FLOAT_OPS
 
 /* ---- Integers: sums and products wrap (unsigned arithmetic serves both
  * signs), division is C's. ---- */
