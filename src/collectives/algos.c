@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "collectives/coll.h"
+#include "collectives/dag.h"
 #include "core/checks.h"
 #include "core/dtype.h"
 #include "core/params.h"
@@ -113,12 +114,16 @@ static int task_distinct(const struct coll_task* t) {
 }
 
 loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
+  return algo_plan_rank(t, t->comm->rank, out);
+}
+
+loomResult_t algo_plan_rank(const struct coll_task* t, int rank, struct plan* out) {
   struct loom_comm* comm = t->comm;
   int n = comm->nranks;
   size_t es = dtype_size(t->dtype);
   struct coll_args a = {0};
   a.nranks = n;
-  a.rank = comm->rank;
+  a.rank = rank;
   a.count = t->count;
   a.slice_elems = LOOM_MAX(params_get()->slice_size / es, (size_t)1);
   a.premul = redop_is_premul(t->op);
@@ -148,11 +153,12 @@ loomResult_t algo_plan(const struct coll_task* t, struct plan* out) {
     a.cross_algo =
         tune_hier_cross(k, k->nhosts, task_bytes(t, n) / (size_t)k->local, a.slice_elems * es);
   }
-  plan_init(out, comm->rank, n, tune_algo_name(algo));
-  LOOM_TRACE(SUB_TUNE, "rank %d: %s of %zu bytes by %s%s%s", comm->rank,
-             tune_coll_name((enum tune_coll)t->kind), task_bytes(t, n), tune_algo_name(algo),
-             algo == TUNE_HIER ? ", across hosts by " : "",
-             algo == TUNE_HIER ? tune_algo_name((enum tune_algo)a.cross_algo) : "");
+  plan_init(out, rank, n, tune_algo_name(algo));
+  if (rank == comm->rank)
+    LOOM_TRACE(SUB_TUNE, "rank %d: %s of %zu bytes by %s%s%s", comm->rank,
+               tune_coll_name((enum tune_coll)t->kind), task_bytes(t, n), tune_algo_name(algo),
+               algo == TUNE_HIER ? ", across hosts by " : "",
+               algo == TUNE_HIER ? tune_algo_name((enum tune_algo)a.cross_algo) : "");
   return generators[t->kind][algo](&a, out);
 }
 
@@ -172,6 +178,8 @@ void plan_obj_count(struct plan_obj* o, struct loom_comm* comm) {
 void plan_obj_unref(struct plan_obj* o) {
   if (!o || atomic_fetch_sub(&o->refs, 1) != 1) return;
   memstat_sub(o->comm, MEM_PLANS, -1, o->bytes);
+  if (o->dag) dag_free(o->dag, 1);
+  free(o->dag);
   plan_free(&o->plan);
   free(o);
 }

@@ -78,6 +78,9 @@ struct plan_obj {
   _Atomic int refs;
   struct loom_comm* comm; /* whose memory it is counted as, once built (plan_obj_count) */
   size_t bytes;           /* counted */
+  /* The CUDA executor's: this rank's share of the call's graph of steps
+   * (dag.h), built on first use under the communicator's exec_lock. */
+  struct dag_rank* dag;
 };
 void plan_obj_unref(struct plan_obj* p);
 /* A built plan is counted as comm's memory (memstat.h) until its last reference goes. */
@@ -121,7 +124,8 @@ struct coll_comm {
     struct plan_obj* obj; /* a reference; NULL: empty */
   } plans[PLAN_CACHE];
   int plans_next;
-  uint64_t check_seq; /* collectives called so far, when check_args (argcheck.c) */
+  uint64_t check_seq;     /* collectives called so far, when check_args (argcheck.c) */
+  struct cuda_comm* cuda; /* the CUDA executor's (exec_cuda.c); NULL until its first call */
 };
 
 /* comm_api.c */
@@ -178,6 +182,11 @@ void coll_inflight_wait(struct coll_comm* cc);
 /* algos.c: the plan of a collective task, by the algorithm the tuner picks
  * among those that can serve it. out is initialised here. */
 loomResult_t algo_plan(const struct coll_task* t, struct plan* out);
+/* The plan that rank (of t's communicator) builds for its share of t's
+ * call: every rank picks the same algorithm (the tuner's constants are
+ * rank 0's), so a rank can build its peers' plans (the CUDA executor's
+ * graph). Not for all-to-all-v, whose counts only their rank knows. */
+loomResult_t algo_plan_rank(const struct coll_task* t, int rank, struct plan* out);
 /* As algo_plan, through the communicator's cache: *out is a reference the
  * caller releases with plan_obj_unref. All-to-all-v (whose plan depends on
  * its counts) is built anew every time. Caller holds the communicator's

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "collectives/coll.h"
+#include "collectives/exec.h"
 #include "core/bootstrap.h"
 #include "core/checks.h"
 #include "core/fault.h"
@@ -94,6 +95,7 @@ loomResult_t coll_comm_init(struct loom_comm* comm) {
 void coll_comm_fini(struct loom_comm* comm) {
   struct coll_comm* cc = comm->coll;
   if (!cc) return;
+  exec_cuda_comm_fini(comm);
   pthread_mutex_destroy(&cc->exec_lock);
   pthread_mutex_destroy(&cc->ops_lock);
   scratch_obj_unref(cc->scratch);

@@ -10,7 +10,8 @@
 struct op_at {
   uint32_t step, op;
 };
-/* A wait being collected: rank `rank`'s step `step` waits for `peer`'s `on`. */
+/* A wait being collected: rank `rank`'s step `step` waits until `peer` has
+ * done `on` steps. */
 struct edge {
   int32_t rank, peer;
   uint32_t step, on;
@@ -115,8 +116,8 @@ static loomResult_t match(const struct plan* plans, int n, const struct sends* s
         struct dag_read rd = {a, at.step, so->src};
         out[b].read[i] = rd;
         if (a == b) continue; /* a rank's own steps run in order */
-        if (at.step > 0) e[ne++] = (struct edge){b, a, r, at.step - 1};
-        e[ne++] = (struct edge){a, b, at.step + 1, r};
+        e[ne++] = (struct edge){b, a, r, at.step};
+        e[ne++] = (struct edge){a, b, at.step + 1, r + 1};
       }
   for (size_t p = 0; p < npairs && res == loomSuccess; p++)
     if (taken[p] != s->pair_begin[p + 1] - s->pair_begin[p])
@@ -128,8 +129,8 @@ static loomResult_t match(const struct plan* plans, int n, const struct sends* s
   return res;
 }
 
-/* Sorts the waits, keeps the latest step per (rank, step, peer) (waiting for
- * a step waits for the ones before it), and hands each rank its share. */
+/* Sorts the waits, keeps the latest per (rank, step, peer) (waiting for a
+ * step waits for the ones before it), and hands each rank its share. */
 static loomResult_t waits_store(int n, struct edge* e, size_t ne, struct dag_rank* out) {
   qsort(e, ne, sizeof *e, edge_cmp);
   size_t lo = 0;

@@ -11,10 +11,12 @@
  * checker proves every plan deadlock-free under (rendezvous: a send
  * completes only once its receiver has taken it):
  *  - a receive in step r of the receiver, matching a send in step s of the
- *    sender, waits for the sender's step s - 1 (the data is there);
- *  - the sender's step s + 1 waits for the receiver's step r (nothing
- *    overwrites the data before it is read); after its last step, the
- *    sender's end does (the caller may reuse the buffer once the call is
+ *    sender, waits until the sender has done s steps (the data is there;
+ *    for s = 0, until the sender has started the call: its input is ready
+ *    once the work queued before the call is done);
+ *  - the sender's step s + 1 waits until the receiver has done r + 1 steps
+ *    (nothing overwrites the data before it is read); after its last step,
+ *    the sender's end does (the caller may reuse the buffer once the call is
  *    over).
  * A rank queues step k once every step it waits for has been queued by its
  * rank; tests/unit/test_dag.cc proves that order never sticks, for every
@@ -28,10 +30,11 @@
 
 #include "collectives/plan.h"
 
-/* Wait for rank `peer` to have finished its step `step`. */
+/* Wait until rank `peer` has done `after` steps of the call (0: it has
+ * started the call). */
 struct dag_wait {
   int32_t peer;
-  uint32_t step;
+  uint32_t after;
 };
 
 /* Where a receive of this rank reads: the sender, the sender's step holding

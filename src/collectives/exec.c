@@ -11,16 +11,18 @@
 #include "core/checks.h"
 #include "core/event.h"
 #include "core/recorder.h"
+#include "kernels/cuda/cuda_kernels.h"
 
-/* Every executor of this build. A CUDA executor joins the list when CUDA
- * is compiled in. */
-static const struct loom_executor* const executors[] = {&exec_host};
+/* Every executor; the CUDA executor serves only in a build with the device
+ * kernels. */
+static const struct loom_executor* const executors[] = {&exec_host, &exec_cuda};
 #define NEXEC (sizeof(executors) / sizeof(executors[0]))
 
 const struct loom_executor* exec_pick(const struct loom_stream* s, enum mem_kind k) {
   unsigned sk = STREAM_KIND_BIT(stream_kind_of(s));
   for (size_t i = 0; i < NEXEC; i++)
-    if ((executors[i]->stream_ok & sk) && (executors[i]->mem_kinds & MEM_KIND_BIT(k)))
+    if ((executors[i]->stream_ok & sk) && (executors[i]->mem_kinds & MEM_KIND_BIT(k)) &&
+        (executors[i] != &exec_cuda || cuda_kernels_built()))
       return executors[i];
   return NULL;
 }
@@ -32,7 +34,9 @@ const char* exec_refusal(const struct loom_stream* s, enum mem_kind k) {
                ? "a NULL stream cannot serve: it runs the call on the calling thread, "
                  "for host memory only; pass a CUDA stream"
                : "a host stream cannot serve; pass a CUDA stream";
-  if (k == MEM_CUDA) return "this build of Loom cannot serve yet: it has no CUDA executor";
+  if (k == MEM_CUDA)
+    return "this build of Loom cannot serve: it has no device kernels (nvcc was not found when it "
+           "was configured)";
   if (sk == STREAM_CUDA)
     return "a CUDA stream cannot serve in this build; pass a host stream or NULL";
   return "no executor of this build can serve";

@@ -30,6 +30,7 @@ extern "C" {
 #endif
 
 struct coll_task; /* collectives/coll.h */
+struct loom_comm;
 struct exec_launch;
 
 struct loom_executor {
@@ -67,6 +68,10 @@ struct exec_launch {
 };
 
 extern const struct loom_executor exec_host;
+/* exec_cuda.c: device buffers on CUDA streams. exec_cuda_comm_fini ends a
+ * communicator's CUDA state (its last stream synchronized first). */
+extern const struct loom_executor exec_cuda;
+void exec_cuda_comm_fini(struct loom_comm* comm);
 
 /* The executor for work on stream s (NULL: run now on the calling thread)
  * over memory of kind k; NULL when there is none in this build. */

@@ -72,7 +72,9 @@ static loomResult_t launch(struct coll_task* tasks, int ntasks) {
   struct loom_stream* first = NULL;
   for (int i = 0; i < ntasks && !first; i++) first = tasks[i].stream;
   struct exec_launch* l;
-  if (!first) {
+  /* The NULL stream runs the launch here; so does a CUDA stream, where
+   * running it means queueing its work on the device (exec_cuda.c). */
+  if (!first || stream_kind_of(first) == STREAM_CUDA) {
     LOOM_CHECK(exec_launch_prepare(tasks, ntasks, &l));
     return exec_launch_run(l);
   }

@@ -203,12 +203,34 @@ loomResult_t loomStreamCreate(loomStream_t* stream) {
   return loomSuccess;
 }
 
+/* The CUDA executor's (stream_cuda_ops_set): the core reaches no driver. */
+static const struct stream_cuda_ops* cuda_ops;
+
+void stream_cuda_ops_set(const struct stream_cuda_ops* ops) {
+  cuda_ops = ops;
+}
+
 loomResult_t loomStreamCreateFromCuda(loomStream_t* stream, void* cudaStream) {
-  (void)stream;
-  (void)cudaStream;
-  return err_set(NULL, loomInvalidUsage,
-                 "loomStreamCreateFromCuda: this build of Loom has no CUDA executor yet; use host "
-                 "buffers with loomStreamCreate or a NULL stream");
+  if (!stream)
+    return err_set(NULL, loomInvalidArgument,
+                   "invalid argument: loomStreamCreateFromCuda: stream pointer is NULL");
+  const char* why = "this build of Loom has no CUDA executor (it was configured without nvcc)";
+  if (cuda_ops && cuda_ops->usable(&why)) why = NULL;
+  if (why)
+    return err_set(NULL, loomInvalidUsage,
+                   "loomStreamCreateFromCuda: %s; use host buffers with loomStreamCreate or a "
+                   "NULL stream",
+                   why);
+  struct loom_stream* s = calloc(1, sizeof(*s));
+  if (!s) return err_set(NULL, loomSystemError, "out of memory allocating a stream");
+  s->kind = STREAM_CUDA;
+  s->cuda = cudaStream;
+  if (handle_new(HANDLE_STREAM, s, &s->handle) != loomSuccess) {
+    free(s);
+    return loomSystemError;
+  }
+  *stream = (loomStream_t)(uintptr_t)s->handle;
+  return loomSuccess;
 }
 
 loomResult_t loomStreamGetCuda(loomStream_t stream, void** cudaStream) {
@@ -311,6 +333,7 @@ loomResult_t stream_wait_event(struct loom_stream* s, struct loom_event* ev) {
 loomResult_t loomStreamSynchronize(loomStream_t stream) {
   struct loom_stream* s = NULL;
   LOOM_CHECK(stream_get(stream, "loomStreamSynchronize", &s));
+  if (s->kind == STREAM_CUDA) return cuda_ops->sync(s->cuda);
   pthread_mutex_lock(&s->lock);
   unsigned long long target = s->queued;
   while (s->finished < target) {
@@ -327,6 +350,7 @@ loomResult_t loomStreamSynchronize(loomStream_t stream) {
 loomResult_t loomStreamQuery(loomStream_t stream) {
   struct loom_stream* s = NULL;
   LOOM_CHECK(stream_get(stream, "loomStreamQuery", &s));
+  if (s->kind == STREAM_CUDA) return cuda_ops->query(s->cuda);
   pthread_mutex_lock(&s->lock);
   loomResult_t r = s->finished == s->queued ? loomSuccess : loomInProgress;
   pthread_mutex_unlock(&s->lock);
@@ -336,6 +360,10 @@ loomResult_t loomStreamQuery(loomStream_t stream) {
 loomResult_t loomStreamDestroy(loomStream_t stream) {
   struct loom_stream* s = handle_end((uint64_t)(uintptr_t)stream, HANDLE_STREAM);
   if (!s) return stream_bad(stream, "loomStreamDestroy");
+  if (s->kind == STREAM_CUDA) { /* a wrapper: the cudaStream_t stays the caller's */
+    free(s);
+    return loomSuccess;
+  }
   stream_stop_free(s);
   return loomSuccess;
 }

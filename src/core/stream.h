@@ -6,8 +6,10 @@
  *  - CUDA: a cudaStream_t that work is enqueued on. stream_borrow_cuda
  *    wraps one for a single call without a handle, for callers such as an
  *    NCCL drop-in that pass a raw cudaStream_t on every call and destroy
- *    streams without telling Loom. (loomStreamCreateFromCuda, the owned
- *    wrapper, fails until there is a CUDA executor.)
+ *    streams without telling Loom. loomStreamCreateFromCuda makes the owned
+ *    wrapper when the build has a CUDA executor; synchronizing, querying
+ *    and destroying it go to the driver through stream_cuda_ops, which the
+ *    executor installs (the core reaches no driver itself).
  * The NULL stream is no stream: the call runs on the calling thread. */
 #ifndef LOOM_CORE_STREAM_H
 #define LOOM_CORE_STREAM_H
@@ -31,6 +33,16 @@ struct loom_event; /* core/event.h */
 
 enum stream_kind { STREAM_HOST = 0, STREAM_CUDA = 1, STREAM_NONE = 2, STREAM_KIND_COUNT };
 #define STREAM_KIND_BIT(k) (1u << (k))
+
+/* What a CUDA stream wrapper needs of the driver: set once, at load, by the
+ * CUDA executor (collectives/exec_cuda.c). usable: 0 and why (static
+ * text) when no CUDA stream can be served here. */
+struct stream_cuda_ops {
+  int (*usable)(const char** why);
+  loomResult_t (*sync)(void* cuda_stream);
+  loomResult_t (*query)(void* cuda_stream);
+};
+void stream_cuda_ops_set(const struct stream_cuda_ops* ops);
 
 /* The kind of s; STREAM_NONE for NULL (the calling thread). */
 enum stream_kind stream_kind_of(const struct loom_stream* s);

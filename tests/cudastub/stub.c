@@ -1,12 +1,13 @@
 /* stub.c - a stand-in for the CUDA driver (libcuda.so.1) with one device, for
  * tests on machines without one: the driver calls Loom's core makes
  * (src/core/memkind.c), by the driver API's names and ABI. It claims the one
- * range that stub_set_device_range names as device memory of device 0;
- * everything else is memory CUDA never saw. */
+ * range that stub_set_device_range names, and what cuMemAlloc returned
+ * (stub_stream.c), as device memory of device 0; everything else is memory
+ * CUDA never saw. */
 #include <stdint.h>
 #include <string.h>
 
-#define STUB_API __attribute__((visibility("default")))
+#include "stub_stream.h"
 
 static uintptr_t dev_lo, dev_hi;
 
@@ -45,10 +46,10 @@ STUB_API int cuDeviceGetPCIBusId(char* bus_id, int len, int dev) {
 }
 
 /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2): CU_MEMORYTYPE_DEVICE (2) inside the
- * range; DEVICE_ORDINAL (9): 0. Elsewhere CUDA_ERROR_INVALID_VALUE (1), as
- * the driver answers for host memory it never saw. */
+ * range and inside cuMemAlloc memory (stub_stream.c); DEVICE_ORDINAL (9): 0. Elsewhere
+ * CUDA_ERROR_INVALID_VALUE (1), as the driver answers for host memory it never saw. */
 STUB_API int cuPointerGetAttribute(void* data, int attr, uintptr_t ptr) {
-  if (ptr < dev_lo || ptr >= dev_hi) return 1;
+  if ((ptr < dev_lo || ptr >= dev_hi) && !stub_is_device(ptr)) return 1;
   if (attr == 2) {
     *(unsigned*)data = 2;
     return 0;

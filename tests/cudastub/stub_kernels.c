@@ -10,8 +10,7 @@
 #include <string.h>
 
 #include "kernels/cuda/dev_elem.h"
-
-#define STUB_API __attribute__((visibility("default")))
+#include "stub_stream.h"
 
 enum { CU_ERR_INVALID_VALUE = 1, CU_ERR_INVALID_IMAGE = 200, CU_ERR_NOT_FOUND = 500 };
 
@@ -179,45 +178,71 @@ STUB_API int cuModuleGetFunction(void** fn, void* mod, const char* name) {
   return 0;
 }
 
-/* Runs the kernel at once, with reduce.cu's parameters:
+/* A launch, with reduce.cu's parameters read at launch time:
  *  reduce (void* d, const void* a, const void* b, size_t n)
  *  div    (void* d, const void* s, size_t n, int divisor)
  *  mul    (void* d, const void* s, size_t n, const void* kp, unsigned long long kv)
  *  copy   (void* d, const void* s, size_t bytes) */
+struct launch {
+  const struct stub_fn* f;
+  void* d;
+  const void *s, *b, *kp;
+  size_t n;
+  int divisor;
+  unsigned long long kv;
+};
+
+static int launch_run(void* arg) {
+  const struct launch* l = arg;
+  switch (l->f->kind) {
+    case FN_BIN:
+      l->f->bin(l->d, l->s, l->b, l->n);
+      break;
+    case FN_DIV:
+      l->f->div(l->d, l->s, l->n, l->divisor);
+      break;
+    case FN_MUL:
+      l->f->mul(l->d, l->s, l->n, l->kp ? l->kp : &l->kv);
+      break;
+    case FN_COPY:
+      memmove(l->d, l->s, l->n);
+      break;
+  }
+  return 0;
+}
+
+/* Queues the kernel on its stream (stub_stream.c), run on the host. */
 STUB_API int cuLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                             unsigned by, unsigned bz, unsigned shmem, void* stream, void** params,
                             void** extra) {
-  (void)stream;
   const struct stub_fn* f = fn;
   if (!f || !params || extra || gx == 0 || gy != 1 || gz != 1 || by != 1 || bz != 1 || bx == 0 ||
       bx > 1024 || shmem)
     return CU_ERR_INVALID_VALUE;
-  void* d = *(void**)params[0];
-  const void* s = *(const void**)params[1];
+  struct launch l = {f, *(void**)params[0], *(const void**)params[1], NULL, NULL, 0, 0, 0};
   switch (f->kind) {
     case FN_BIN:
-      f->bin(d, s, *(const void**)params[2], *(size_t*)params[3]);
+      l.b = *(const void**)params[2];
+      l.n = *(size_t*)params[3];
       break;
     case FN_DIV:
-      f->div(d, s, *(size_t*)params[2], *(int*)params[3]);
+      l.n = *(size_t*)params[2];
+      l.divisor = *(int*)params[3];
       break;
-    case FN_MUL: {
-      const void* kp = *(const void**)params[3];
-      f->mul(d, s, *(size_t*)params[2], kp ? kp : params[4]);
+    case FN_MUL:
+      l.n = *(size_t*)params[2];
+      l.kp = *(const void**)params[3];
+      l.kv = *(unsigned long long*)params[4];
       break;
-    }
     case FN_COPY:
-      memmove(d, s, *(size_t*)params[2]);
+      l.n = *(size_t*)params[2];
       break;
   }
-  launches++;
-  last_grid = (int)gx, last_block = (int)bx;
-  return 0;
-}
-
-STUB_API int cuCtxGetCurrent(void** ctx) {
-  static int the_context;
-  *ctx = &the_context;
+  int r = stub_submit(stream, launch_run, &l, sizeof l);
+  if (r) return r;
+  __atomic_add_fetch(&launches, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&last_grid, (int)gx, __ATOMIC_RELAXED);
+  __atomic_store_n(&last_block, (int)bx, __ATOMIC_RELAXED);
   return 0;
 }
 
@@ -234,6 +259,7 @@ STUB_API int cuGetErrorString(int r, const char** s) {
 
 /* For the test: launches so far, and the last launch's grid and block. */
 STUB_API int stub_launches(int* grid_out, int* block_out) {
-  *grid_out = last_grid, *block_out = last_block;
-  return launches;
+  *grid_out = __atomic_load_n(&last_grid, __ATOMIC_RELAXED);
+  *block_out = __atomic_load_n(&last_block, __ATOMIC_RELAXED);
+  return __atomic_load_n(&launches, __ATOMIC_RELAXED);
 }

@@ -112,8 +112,8 @@ TEST(StreamBasics, CreateQuerySynchronizeDestroy) {
   EXPECT_LOOM_OK(loomStreamDestroy(s));
 }
 
-// No CUDA device path yet: wrapping a CUDA stream is loomInvalidUsage, with
-// an explanation.
+// No CUDA driver in this process (or no CUDA executor in the build): wrapping
+// a CUDA stream is loomInvalidUsage, with an explanation.
 TEST(StreamBasics, CreateFromCudaIsInvalidUsage) {
   loomStream_t s = nullptr;
   int fake_cuda_stream = 0;

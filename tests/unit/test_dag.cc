@@ -97,7 +97,7 @@ bool build(Call& c, const Family& f, size_t count, size_t slice, int root, bool 
 
 bool ready(const dag_rank& d, uint32_t k, const std::vector<uint32_t>& progress) {
   for (uint32_t w = d.wait_begin[k]; w < d.wait_begin[k + 1]; w++)
-    if (progress[d.waits[w].peer] <= d.waits[w].step) return false;
+    if (progress[d.waits[w].peer] < d.waits[w].after) return false;
   return true;
 }
 

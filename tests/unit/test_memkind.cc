@@ -74,7 +74,7 @@ TEST(Executors, PickedByStreamKindAndMemoryKind) {
   EXPECT_EQ(stream_kind_of(nullptr), STREAM_NONE);
   EXPECT_EQ(exec_pick(nullptr, MEM_HOST), &exec_host);
   EXPECT_EQ(exec_pick(hs, MEM_HOST), &exec_host);
-  // No CUDA executor in this build: device memory is refused with a reason.
+  // Device memory on a host stream is refused with a reason.
   EXPECT_EQ(exec_pick(hs, MEM_CUDA), nullptr);
   EXPECT_NE(std::string(exec_refusal(hs, MEM_CUDA)).find("host stream cannot serve"),
             std::string::npos);

@@ -72,7 +72,7 @@ typedef void* cu_function;
 enum { CU_DEV_ATTR_SM_COUNT = 16 }; /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
 
 static struct {
-  int tried, ok;
+  int tried, ok, stream_ok;
   const char* why;
   cu_result (*init)(unsigned);
   cu_result (*ctx_get_current)(cu_context*);
@@ -84,6 +84,26 @@ static struct {
   cu_result (*launch_kernel)(cu_function, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, void*, void**, void**);
   cu_result (*get_error_string)(cu_result, const char**);
+  /* What the CUDA executor queues besides kernels (cuda_stream_* below). */
+  cu_result (*primary_retain)(cu_context*, int);
+  cu_result (*ctx_push)(cu_context);
+  cu_result (*ctx_pop)(cu_context*);
+  cu_result (*memcpy_async)(uintptr_t, uintptr_t, size_t, void*);
+  cu_result (*write_value64)(void*, uintptr_t, uint64_t, unsigned);
+  cu_result (*wait_value64)(void*, uintptr_t, uint64_t, unsigned);
+  cu_result (*mem_alloc)(uintptr_t*, size_t);
+  cu_result (*mem_free)(uintptr_t);
+  cu_result (*host_alloc)(void**, size_t, unsigned);
+  cu_result (*host_free)(void*);
+  cu_result (*host_dev_ptr)(uintptr_t*, void*, unsigned);
+  cu_result (*stream_sync)(void*);
+  cu_result (*stream_query)(void*);
+  cu_result (*stream_is_capturing)(void*, int*);
+  cu_result (*event_create)(void**, unsigned);
+  cu_result (*event_record)(void*, void*);
+  cu_result (*event_destroy)(void*);
+  cu_result (*stream_wait_event)(void*, void*, unsigned);
+  cu_result (*event_sync)(void*);
 } drv;
 
 /* One context's module and kernels. Contexts are few (one per device and
@@ -131,7 +151,33 @@ static void drv_load(void) {
   DRV_SYM(module_get_function, "cuModuleGetFunction");
   DRV_SYM(launch_kernel, "cuLaunchKernel");
   DRV_SYM(get_error_string, "cuGetErrorString");
+  DRV_SYM(primary_retain, "cuDevicePrimaryCtxRetain");
+  DRV_SYM(ctx_push, "cuCtxPushCurrent_v2");
+  DRV_SYM(ctx_pop, "cuCtxPopCurrent_v2");
+  DRV_SYM(memcpy_async, "cuMemcpyAsync");
+  DRV_SYM(write_value64, "cuStreamWriteValue64_v2");
+  if (!drv.write_value64) DRV_SYM(write_value64, "cuStreamWriteValue64");
+  DRV_SYM(wait_value64, "cuStreamWaitValue64_v2");
+  if (!drv.wait_value64) DRV_SYM(wait_value64, "cuStreamWaitValue64");
+  DRV_SYM(mem_alloc, "cuMemAlloc_v2");
+  DRV_SYM(mem_free, "cuMemFree_v2");
+  DRV_SYM(host_alloc, "cuMemHostAlloc");
+  DRV_SYM(host_free, "cuMemFreeHost");
+  DRV_SYM(host_dev_ptr, "cuMemHostGetDevicePointer_v2");
+  DRV_SYM(stream_sync, "cuStreamSynchronize");
+  DRV_SYM(stream_query, "cuStreamQuery");
+  DRV_SYM(stream_is_capturing, "cuStreamIsCapturing");
+  DRV_SYM(event_create, "cuEventCreate");
+  DRV_SYM(event_record, "cuEventRecord");
+  DRV_SYM(event_destroy, "cuEventDestroy_v2");
+  DRV_SYM(stream_wait_event, "cuStreamWaitEvent");
+  DRV_SYM(event_sync, "cuEventSynchronize");
 #undef DRV_SYM
+  drv.stream_ok = drv.primary_retain && drv.ctx_push && drv.ctx_pop && drv.memcpy_async &&
+                  drv.write_value64 && drv.wait_value64 && drv.mem_alloc && drv.mem_free &&
+                  drv.host_alloc && drv.host_free && drv.host_dev_ptr && drv.stream_sync &&
+                  drv.stream_query && drv.event_create && drv.event_record && drv.event_destroy &&
+                  drv.stream_wait_event && drv.event_sync;
   if (!drv.init || !drv.ctx_get_current || !drv.ctx_get_device || !drv.device_get_attribute ||
       !drv.module_load_data || !drv.module_get_function || !drv.launch_kernel) {
     drv.why = "the CUDA driver lacks an entry point Loom's kernels need";
@@ -288,4 +334,171 @@ loomResult_t cuda_copy(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0) return loomSuccess;
   void* params[] = {&dst, (void*)&src, &bytes};
   return kern_launch(KERNEL_COPY, bytes, stream, params);
+}
+
+/* ---- Streams, memory and context: what the CUDA executor queues ---- */
+
+enum {
+  CU_ERR_NOT_READY = 600,
+  CU_MEMHOST_PORTABLE_DEVICEMAP = 0x03, /* CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP */
+  CU_WAIT_GEQ = 0x0,                    /* CU_STREAM_WAIT_VALUE_GEQ */
+  CU_EVENT_NO_TIMING = 0x2              /* CU_EVENT_DISABLE_TIMING */
+};
+
+/* The driver, with every entry point the executor needs. */
+static loomResult_t stream_drv(const char* fn) {
+  pthread_mutex_lock(&kern_lock);
+  drv_load();
+  int ok = drv.ok, sok = drv.stream_ok;
+  const char* why = drv.why;
+  pthread_mutex_unlock(&kern_lock);
+  if (!ok) return err_set(NULL, loomInvalidUsage, "%s: %s", fn, why);
+  if (!sok)
+    return err_set(NULL, loomInvalidUsage,
+                   "%s: the CUDA driver lacks a stream operation Loom needs (stream memory "
+                   "operations, mapped host memory)",
+                   fn);
+  return loomSuccess;
+}
+
+static loomResult_t cu_fail(const char* what, cu_result r) {
+  return err_set(NULL, loomUnhandledCudaError, "%s failed: %s (CUDA error %d)", what, cu_text(r),
+                 r);
+}
+#define CU_DO(what, call)                        \
+  do {                                           \
+    cu_result cu_r_ = (call);                    \
+    if (cu_r_ != 0) return cu_fail(what, cu_r_); \
+  } while (0)
+
+int cuda_stream_usable(const char** why_out) {
+  pthread_mutex_lock(&kern_lock);
+  drv_load();
+  int ok = drv.ok && drv.stream_ok;
+  const char* why = !drv.ok ? drv.why
+                    : ok    ? NULL
+                         : "the CUDA driver lacks stream memory operations or mapped host memory";
+  pthread_mutex_unlock(&kern_lock);
+  if (why_out) *why_out = why;
+  return ok;
+}
+
+#define DEV_MAX 64
+static cu_context primary[DEV_MAX];
+
+loomResult_t cuda_ctx_enter(int dev) {
+  LOOM_CHECK(stream_drv("cuda_ctx_enter"));
+  if (dev < 0 || dev >= DEV_MAX)
+    return err_set(NULL, loomInvalidArgument, "CUDA device %d: out of range", dev);
+  pthread_mutex_lock(&kern_lock);
+  cu_result r = 0;
+  if (!primary[dev]) r = drv.primary_retain(&primary[dev], dev);
+  cu_context c = primary[dev];
+  pthread_mutex_unlock(&kern_lock);
+  if (r != 0) return cu_fail("retaining the device's primary context", r);
+  CU_DO("making the device's context current", drv.ctx_push(c));
+  return loomSuccess;
+}
+
+void cuda_ctx_leave(void) {
+  cu_context c = NULL;
+  if (drv.ctx_pop) drv.ctx_pop(&c);
+}
+
+loomResult_t cuda_memcpy(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0 || dst == src) return loomSuccess;
+  CU_DO("cuMemcpyAsync", drv.memcpy_async((uintptr_t)dst, (uintptr_t)src, bytes, stream));
+  return loomSuccess;
+}
+
+loomResult_t cuda_write_value(void* stream, uint64_t* word, uint64_t value) {
+  CU_DO("cuStreamWriteValue64", drv.write_value64(stream, (uintptr_t)word, value, 0));
+  return loomSuccess;
+}
+
+loomResult_t cuda_wait_value(void* stream, const uint64_t* word, uint64_t value) {
+  CU_DO("cuStreamWaitValue64", drv.wait_value64(stream, (uintptr_t)word, value, CU_WAIT_GEQ));
+  return loomSuccess;
+}
+
+loomResult_t cuda_dev_alloc(void** out, size_t bytes) {
+  LOOM_CHECK(stream_drv("cuda_dev_alloc"));
+  uintptr_t p = 0;
+  cu_result r = drv.mem_alloc(&p, bytes ? bytes : 1);
+  if (r != 0)
+    return err_set(NULL, loomSystemError, "out of device memory for %zu bytes: %s", bytes,
+                   cu_text(r));
+  *out = (void*)p;
+  return loomSuccess;
+}
+
+void cuda_dev_free(void* p) {
+  if (p && drv.mem_free) drv.mem_free((uintptr_t)p);
+}
+
+loomResult_t cuda_host_alloc(void** host_out, void** dev_out, size_t bytes) {
+  LOOM_CHECK(stream_drv("cuda_host_alloc"));
+  void* h = NULL;
+  uintptr_t d = 0;
+  cu_result r = drv.host_alloc(&h, bytes, CU_MEMHOST_PORTABLE_DEVICEMAP);
+  if (r != 0)
+    return err_set(NULL, loomSystemError, "out of pinned host memory for %zu bytes: %s", bytes,
+                   cu_text(r));
+  if ((r = drv.host_dev_ptr(&d, h, 0)) != 0) {
+    drv.host_free(h);
+    return cu_fail("cuMemHostGetDevicePointer", r);
+  }
+  memset(h, 0, bytes);
+  *host_out = h;
+  *dev_out = (void*)d;
+  return loomSuccess;
+}
+
+void cuda_host_free(void* h) {
+  if (h && drv.host_free) drv.host_free(h);
+}
+
+loomResult_t cuda_stream_sync(void* stream) {
+  LOOM_CHECK(stream_drv("cuda_stream_sync"));
+  CU_DO("cuStreamSynchronize", drv.stream_sync(stream));
+  return loomSuccess;
+}
+
+loomResult_t cuda_stream_query(void* stream) {
+  LOOM_CHECK(stream_drv("cuda_stream_query"));
+  cu_result r = drv.stream_query(stream);
+  if (r == CU_ERR_NOT_READY) return loomInProgress;
+  if (r != 0) return cu_fail("cuStreamQuery", r);
+  return loomSuccess;
+}
+
+int cuda_stream_capturing(void* stream) {
+  int status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
+  if (!drv.stream_is_capturing || drv.stream_is_capturing(stream, &status) != 0) return 0;
+  return status != 0;
+}
+
+loomResult_t cuda_event_create(void** ev) {
+  LOOM_CHECK(stream_drv("cuda_event_create"));
+  CU_DO("cuEventCreate", drv.event_create(ev, CU_EVENT_NO_TIMING));
+  return loomSuccess;
+}
+
+void cuda_event_destroy(void* ev) {
+  if (ev && drv.event_destroy) drv.event_destroy(ev);
+}
+
+loomResult_t cuda_event_record(void* ev, void* stream) {
+  CU_DO("cuEventRecord", drv.event_record(ev, stream));
+  return loomSuccess;
+}
+
+loomResult_t cuda_event_wait(void* stream, void* ev) {
+  CU_DO("cuStreamWaitEvent", drv.stream_wait_event(stream, ev, 0));
+  return loomSuccess;
+}
+
+loomResult_t cuda_event_sync(void* ev) {
+  CU_DO("cuEventSynchronize", drv.event_sync(ev));
+  return loomSuccess;
 }

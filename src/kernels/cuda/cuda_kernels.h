@@ -17,6 +17,7 @@
 #define LOOM_KERNELS_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "loom.h"
 
@@ -44,6 +45,43 @@ loomResult_t cuda_mul_scalar(loomDataType_t t, void* dst, const void* src, size_
 /* memcpy(dst, src, bytes) by a kernel (what a copy fused into a step uses;
  * plain copies may as well be cuMemcpyAsync). */
 loomResult_t cuda_copy(void* dst, const void* src, size_t bytes, void* stream);
+
+/* ---- What the CUDA executor queues besides kernels ----
+ * Each enqueues on `stream` in the calling thread's current context. */
+
+/* 1 when the driver has every operation below; else 0 and the reason. */
+int cuda_stream_usable(const char** why_out);
+/* Makes device dev's primary context current on this thread (retained once
+ * per process, kept) until the matching cuda_ctx_leave. */
+loomResult_t cuda_ctx_enter(int dev);
+void cuda_ctx_leave(void);
+/* cuMemcpyAsync: any pair of device, mapped or managed addresses. */
+loomResult_t cuda_memcpy(void* dst, const void* src, size_t bytes, void* stream);
+/* Stream memory operations on a 64-bit word of mapped memory (a device
+ * address of it): write value once the work before it is done; hold the
+ * work after it until the word is >= value (unsigned). */
+loomResult_t cuda_write_value(void* stream, uint64_t* word, uint64_t value);
+loomResult_t cuda_wait_value(void* stream, const uint64_t* word, uint64_t value);
+/* Device memory of the current context (cuMemAlloc). */
+loomResult_t cuda_dev_alloc(void** out, size_t bytes);
+void cuda_dev_free(void* p);
+/* Pinned host memory mapped into every context (portable, device-mapped),
+ * zeroed: its host address and its device address. */
+loomResult_t cuda_host_alloc(void** host_out, void** dev_out, size_t bytes);
+void cuda_host_free(void* host);
+/* cuStreamSynchronize; cuStreamQuery (loomInProgress while work is left). */
+loomResult_t cuda_stream_sync(void* stream);
+loomResult_t cuda_stream_query(void* stream);
+/* 1 when stream is being captured into a CUDA graph. */
+int cuda_stream_capturing(void* stream);
+/* Events without timing: record on a stream; make a stream wait for the
+ * last record (it stays valid when the recording stream is destroyed);
+ * wait on the host for the last record. */
+loomResult_t cuda_event_create(void** ev);
+void cuda_event_destroy(void* ev);
+loomResult_t cuda_event_record(void* ev, void* stream);
+loomResult_t cuda_event_wait(void* stream, void* ev);
+loomResult_t cuda_event_sync(void* ev);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,617 @@
+/* exec_cuda.c - the CUDA executor: collectives on device buffers, queued on
+ * the caller's CUDA stream (docs/DESIGN.md, "The GPU path").
+ *
+ * A call's plans become a graph of steps (dag.c): a receive is the
+ * receiver reading the sender's buffer, and each step waits for the peers'
+ * steps it depends on. The calling thread queues its rank's steps on the
+ * stream one by one; before queuing a step it waits, on the host, until
+ * every peer that step depends on has queued the step it needs, and then
+ * queues a stream wait for the peer's progress word. So every wait on the
+ * device is for work already queued: ranks that share a GPU (threads here)
+ * never depend on being resident together, whichever hardware queues their
+ * streams share. The call returns once its work is queued.
+ *
+ * Progress words: each rank of a communicator has one in pinned host memory
+ * mapped for the device, written by its stream after each step (a stream
+ * memory operation) with value(seq, steps done), seq being the call's
+ * number on the communicator; peers' streams wait for it to reach a value
+ * (>=, so a later call's value satisfies an earlier wait). A second word,
+ * written by the host, says how far the rank has queued. A communicator's
+ * calls run one after another on the device whatever streams they are on
+ * (an event recorded at the end of each call holds the next call on another
+ * stream; the event outlives a stream the caller destroys), which keeps
+ * each word rising.
+ *
+ * Buffers: a rank publishes the addresses of a call's send, receive and
+ * scratch buffers in one of CUDA_SLOTS slots; it reuses a slot only once
+ * every peer has queued past the call that used it.
+ *
+ * This first executor serves ranks that are threads of one process
+ * (loomCommInitAll with a devlist, or a thread per rank), collectives only:
+ * device buffers between processes wait for the CUDA IPC transport, and
+ * sends, receives and all-to-all-v for a graph built at run time. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll.h"
+#include "collectives/dag.h"
+#include "collectives/exec.h"
+#include "core/checks.h"
+#include "core/dtype.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "transport/transport.h"
+
+#define CUDA_SLOTS 4
+#define STEPS_MAX ((1u << 24) - 2)
+static inline uint64_t val(uint64_t seq, uint32_t done) {
+  return (seq << 24) | done;
+}
+
+/* One rank's words and slots, in pinned host memory mapped for the device. */
+struct cuda_pub {
+  _Alignas(64) uint64_t gpu_done;       /* written by the rank's stream */
+  _Alignas(64) _Atomic uint64_t queued; /* the last value whose write is queued */
+  struct {
+    _Atomic uint64_t seq;
+    uint64_t addr[PB_COUNT];
+  } slot[CUDA_SLOTS];
+};
+
+/* The ranks of one communicator in this process: their pubs, found by the
+ * communicator's hash, freed when the last of them is destroyed (each has
+ * synchronized its last stream by then, so no device wait reads them). */
+struct clique {
+  uint64_t hash;
+  int nranks, refs;
+  struct cuda_pub* host; /* nranks */
+  struct cuda_pub* dev;  /* the same, device addresses */
+  struct clique* next;
+};
+static struct clique* cliques;
+static pthread_mutex_t clique_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A communicator's state (coll_comm's cuda). */
+struct cuda_comm {
+  int dev;
+  struct clique* cl;
+  uint64_t seq;      /* calls prepared, under exec_lock */
+  void* last_stream; /* the stream of the last call queued */
+  int any_stream;    /* last_stream is set */
+  void* join_ev;     /* recorded at the end of every call: joins a new stream to it */
+  void* scratch;     /* device memory */
+  size_t scratch_bytes;
+  void** old_scratch; /* outgrown, freed at the end */
+  int nold;
+};
+
+/* ---- The communicator's state ---- */
+
+static loomResult_t clique_join(struct loom_comm* comm, struct clique** out) {
+  loomResult_t res = loomSuccess;
+  pthread_mutex_lock(&clique_lock);
+  struct clique* c = cliques;
+  while (c && c->hash != comm->comm_hash) c = c->next;
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    void *h = NULL, *d = NULL;
+    if (!c) {
+      res = err_set(comm, loomSystemError, "out of memory");
+    } else if ((res = cuda_host_alloc(&h, &d, (size_t)comm->nranks * sizeof(struct cuda_pub))) !=
+               loomSuccess) {
+      free(c);
+    } else {
+      c->hash = comm->comm_hash;
+      c->nranks = comm->nranks;
+      c->host = h;
+      c->dev = d;
+      c->next = cliques;
+      cliques = c;
+    }
+  }
+  if (res == loomSuccess) {
+    c->refs++;
+    *out = c;
+  }
+  pthread_mutex_unlock(&clique_lock);
+  return res;
+}
+
+static void clique_leave(struct clique* c) {
+  pthread_mutex_lock(&clique_lock);
+  if (--c->refs == 0) {
+    struct clique** pp = &cliques;
+    while (*pp != c) pp = &(*pp)->next;
+    *pp = c->next;
+    cuda_host_free(c->host);
+    free(c);
+  }
+  pthread_mutex_unlock(&clique_lock);
+}
+
+/* Every peer a thread of this process, or why not. */
+static loomResult_t peers_here(struct loom_comm* comm) {
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].process_token != comm->peers[comm->rank].process_token)
+      return err_set(comm, loomInvalidUsage,
+                     "collectives on device buffers: rank %d is in another process; this build "
+                     "serves CUDA ranks that are threads of one process (the CUDA IPC transport "
+                     "is not built yet)",
+                     r);
+  return loomSuccess;
+}
+
+/* Under exec_lock, in the device's context. */
+static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_comm** out) {
+  if (comm->coll->cuda) {
+    *out = comm->coll->cuda;
+    return loomSuccess;
+  }
+  LOOM_CHECK(peers_here(comm));
+  struct cuda_comm* cc = calloc(1, sizeof *cc);
+  if (!cc) return err_set(comm, loomSystemError, "out of memory");
+  cc->dev = dev;
+  loomResult_t r = cuda_event_create(&cc->join_ev);
+  if (r == loomSuccess) r = clique_join(comm, &cc->cl);
+  if (r != loomSuccess) {
+    cuda_event_destroy(cc->join_ev);
+    free(cc);
+    return r;
+  }
+  comm->coll->cuda = cc;
+  *out = cc;
+  return loomSuccess;
+}
+
+void exec_cuda_comm_fini(struct loom_comm* comm) {
+  struct cuda_comm* cc = comm->coll ? comm->coll->cuda : NULL;
+  if (!cc) return;
+  if (cuda_ctx_enter(cc->dev) == loomSuccess) {
+    /* Nothing of this rank runs on the device after this: its buffers and
+     * words may go. */
+    if (cc->any_stream) cuda_event_sync(cc->join_ev);
+    cuda_dev_free(cc->scratch);
+    for (int i = 0; i < cc->nold; i++) cuda_dev_free(cc->old_scratch[i]);
+    cuda_event_destroy(cc->join_ev);
+    cuda_ctx_leave();
+  }
+  free(cc->old_scratch);
+  clique_leave(cc->cl);
+  free(cc);
+  comm->coll->cuda = NULL;
+}
+
+/* Scratch of at least need bytes; an outgrown one is kept until the end
+ * (work queued earlier may still use it). Under exec_lock, in context. */
+static loomResult_t scratch_grow(struct loom_comm* comm, struct cuda_comm* cc, size_t need) {
+  if (need <= cc->scratch_bytes) return loomSuccess;
+  size_t bytes = LOOM_MAX(need, cc->scratch_bytes * 2);
+  void* p;
+  void** old = realloc(cc->old_scratch, (size_t)(cc->nold + 1) * sizeof *old);
+  if (!old) return err_set(comm, loomSystemError, "out of memory");
+  cc->old_scratch = old;
+  LOOM_CHECK(cuda_dev_alloc(&p, bytes));
+  if (cc->scratch) cc->old_scratch[cc->nold++] = cc->scratch;
+  cc->scratch = p;
+  cc->scratch_bytes = bytes;
+  return loomSuccess;
+}
+
+/* This rank's share of the graph of t's call, built once per cached plan:
+ * every rank's plan, then the graph. Under exec_lock. */
+static loomResult_t dag_get(const struct coll_task* t, struct plan_obj* po) {
+  if (po->dag) return loomSuccess;
+  struct loom_comm* comm = t->comm;
+  int n = comm->nranks;
+  struct plan* plans = calloc((size_t)n, sizeof *plans);
+  struct dag_rank* all = calloc((size_t)n, sizeof *all);
+  loomResult_t r = plans && all ? loomSuccess : err_set(comm, loomSystemError, "out of memory");
+  int built = 0;
+  for (; r == loomSuccess && built < n; built++)
+    r = built == comm->rank ? loomSuccess : algo_plan_rank(t, built, &plans[built]);
+  if (r == loomSuccess) plans[comm->rank] = po->plan; /* borrowed */
+  if (r == loomSuccess) r = dag_build(plans, n, all);
+  if (r == loomSuccess && po->plan.nsteps > STEPS_MAX)
+    r = err_set(comm, loomInternalError, "a plan of %u steps: more than %u", po->plan.nsteps,
+                STEPS_MAX);
+  if (r == loomSuccess) {
+    po->dag = malloc(sizeof *po->dag);
+    if (!po->dag) r = err_set(comm, loomSystemError, "out of memory");
+  }
+  if (r == loomSuccess) {
+    *po->dag = all[comm->rank];
+    memset(&all[comm->rank], 0, sizeof all[comm->rank]);
+    dag_free(all, n);
+  }
+  for (int i = 0; plans && i < built; i++)
+    if (i != comm->rank) plan_free(&plans[i]);
+  free(plans);
+  free(all);
+  return r;
+}
+
+/* ---- A launch ---- */
+
+enum { PH_TURN, PH_SLOT, PH_STEPS, PH_DONE };
+
+/* One task of the launch. */
+struct crun {
+  struct coll_task* t;
+  struct loom_comm* comm;
+  struct cuda_comm* cc;
+  struct plan_obj* plan;
+  void* stream;
+  void* bufs[PB_COUNT];
+  uint64_t seq, turn;
+  int holds_turn; /* the comm's first task in the launch: takes and passes its turn */
+  int has_turn;   /* ... and took it */
+  int owns;       /* the comm served the turn when the launch started */
+  int prev;       /* the comm's previous task in the launch, or -1 */
+  int phase;
+  uint32_t k, w; /* the step being queued, and its next wait */
+  loomDataType_t dtype;
+  loomRedOp_t redop;
+  struct deadline dl;
+};
+
+struct cuda_launch {
+  struct crun* runs;
+  int nruns;
+  int started; /* every turn was reached */
+};
+
+static size_t cuda_state_size(int ntasks) {
+  return sizeof(struct cuda_launch) + (size_t)ntasks * sizeof(struct crun);
+}
+
+/* The device of t's buffers (the communicator's, when it is bound). */
+static int task_dev(const struct coll_task* t) {
+  int dev = -1;
+  if (t->comm->cuda_dev >= 0) return t->comm->cuda_dev;
+  if (t->sendbuff) mem_kind_of(t->sendbuff, &dev);
+  if (dev < 0 && t->recvbuff) mem_kind_of(t->recvbuff, &dev);
+  return dev < 0 ? 0 : dev;
+}
+
+static loomResult_t run_prepare(struct crun* run) {
+  struct coll_task* t = run->t;
+  struct loom_comm* comm = run->comm;
+  if (t->kind == COLL_SEND || t->kind == COLL_RECV || t->kind == COLL_ALLTOALLV)
+    return err_set(comm, loomInvalidUsage,
+                   "%s on device buffers: not served yet (this build's CUDA executor runs the "
+                   "collectives whose plans every rank can build)",
+                   coll_kind_text(t->kind));
+  if (cuda_stream_capturing(stream_cuda(t->stream)))
+    return err_set(comm, loomInvalidUsage,
+                   "%s: the CUDA stream is being captured into a graph, which this build's CUDA "
+                   "executor cannot serve yet",
+                   coll_kind_text(t->kind));
+  LOOM_CHECK(cuda_comm_get(comm, task_dev(t), &run->cc));
+  LOOM_CHECK(algo_plan_cached(t, &run->plan));
+  LOOM_CHECK(dag_get(t, run->plan));
+  size_t es = dtype_size(t->dtype);
+  LOOM_CHECK(scratch_grow(comm, run->cc, run->plan->plan.buf_count[PB_SCRATCH] * es));
+  run->stream = stream_cuda(t->stream);
+  run->bufs[PB_SEND] = (void*)t->sendbuff;
+  run->bufs[PB_RECV] = t->recvbuff;
+  run->bufs[PB_SCRATCH] = run->cc->scratch;
+  run->dtype = t->dtype;
+  run->redop = redop_is_premul(t->op) || t->op == loomAvg ? loomSum : t->op;
+  run->seq = ++run->cc->seq;
+  return loomSuccess;
+}
+
+static int ptr_order(const void* a, const void* b) {
+  uintptr_t x = (uintptr_t) * (void*const*)a, y = (uintptr_t) * (void*const*)b;
+  return (x > y) - (x < y);
+}
+
+static loomResult_t cuda_prepare(struct exec_launch* l) {
+  struct cuda_launch* h = l->state;
+  h->runs = (struct crun*)(h + 1);
+  h->nruns = l->ntasks;
+  struct loom_comm** comms = malloc((size_t)l->ntasks * sizeof *comms);
+  if (!comms) return err_set(l->tasks[0].comm, loomSystemError, "out of memory");
+  int nc = 0;
+  for (int i = 0; i < l->ntasks; i++) {
+    struct crun* run = &h->runs[i];
+    run->t = &l->tasks[i];
+    run->comm = run->t->comm;
+    run->prev = -1;
+    for (int j = i - 1; j >= 0 && run->prev < 0; j--)
+      if (h->runs[j].comm == run->comm) run->prev = j;
+    run->holds_turn = run->prev < 0;
+    if (run->holds_turn) comms[nc++] = run->comm;
+  }
+  /* Every communicator's lock, in address order (as the host executor
+   * takes them), so that the turns of a launch are taken at one moment and
+   * two launches over the same communicators take theirs in one order. */
+  qsort(comms, (size_t)nc, sizeof *comms, ptr_order);
+  for (int i = 0; i < nc; i++) pthread_mutex_lock(&comms[i]->coll->exec_lock);
+  loomResult_t res = loomSuccess;
+  for (int i = 0; i < h->nruns && res == loomSuccess; i++) {
+    struct crun* run = &h->runs[i];
+    res = comm_health(run->comm);
+    if (res == loomSuccess) res = cuda_ctx_enter(task_dev(run->t));
+    if (res != loomSuccess) break;
+    res = run_prepare(run);
+    cuda_ctx_leave();
+  }
+  for (int i = 0; i < h->nruns && res == loomSuccess; i++) {
+    struct crun* run = &h->runs[i];
+    struct coll_comm* cc = run->comm->coll;
+    if (!run->holds_turn) {
+      run->turn = h->runs[run->prev].turn;
+      continue;
+    }
+    run->turn = cc->next_turn++;
+    run->has_turn = 1;
+    atomic_fetch_add(&cc->inflight, 1);
+  }
+  for (int i = nc - 1; i >= 0; i--) pthread_mutex_unlock(&comms[i]->coll->exec_lock);
+  free(comms);
+  return res;
+}
+
+/* 1 once every communicator serves the launch's turn, or is broken or
+ * aborted (the launch then fails at once). */
+static int turns_reached(const struct cuda_launch* h) {
+  for (int i = 0; i < h->nruns; i++) {
+    const struct crun* run = &h->runs[i];
+    if (!run->holds_turn || atomic_load(&run->comm->coll->serving) == run->turn) continue;
+    int e = atomic_load(&run->comm->async_error);
+    if (atomic_load(&run->comm->aborted) || (e != loomSuccess && e != loomInProgress)) continue;
+    return 0;
+  }
+  return 1;
+}
+
+static loomResult_t cuda_launch_start(struct exec_launch* l) {
+  (void)l;
+  return loomSuccess;
+}
+
+/* The step's reads of a peer: its address of the call's buffer. */
+static void* peer_addr(const struct crun* run, const struct dag_read* rd) {
+  const struct cuda_pub* p = &run->cc->cl->host[rd->peer];
+  const __typeof__(p->slot[0])* s = &p->slot[run->seq % CUDA_SLOTS];
+  return (char*)(uintptr_t)s->addr[rd->src.buf] + rd->src.off * dtype_size(run->dtype);
+}
+
+/* The peer has published this call's buffers (its every receive waits for
+ * the peer to have started the call, which it does after publishing). */
+static loomResult_t slot_check(const struct crun* run, const struct dag_read* rd) {
+  const struct cuda_pub* p = &run->cc->cl->host[rd->peer];
+  uint64_t seq = atomic_load_explicit(&p->slot[run->seq % CUDA_SLOTS].seq, memory_order_acquire);
+  if (seq == run->seq) return loomSuccess;
+  return err_set(run->comm, loomInternalError,
+                 "rank %d reads rank %d's buffers of call %llu, which has published call %llu "
+                 "there",
+                 run->comm->rank, rd->peer, (unsigned long long)run->seq, (unsigned long long)seq);
+}
+
+/* Queues step k's ops. */
+static loomResult_t step_queue(struct crun* run) {
+  const struct plan* p = &run->plan->plan;
+  const struct plan_step* st = &p->steps[run->k];
+  size_t es = dtype_size(run->dtype);
+  for (uint32_t i = st->op_begin; i < st->op_end; i++) {
+    const struct plan_op* op = &p->ops[i];
+    void* dst = (char*)run->bufs[op->dst.buf] + op->dst.off * es;
+    const void* src = (char*)run->bufs[op->src.buf] + op->src.off * es;
+    size_t n = op->count;
+    switch (op->kind) {
+      case OP_SEND:
+        break; /* the receiver reads */
+      case OP_RECV:
+        LOOM_CHECK(slot_check(run, &run->plan->dag->read[i]));
+        LOOM_CHECK(cuda_memcpy(dst, peer_addr(run, &run->plan->dag->read[i]), n * es, run->stream));
+        break;
+      case OP_RECV_REDUCE:
+        LOOM_CHECK(slot_check(run, &run->plan->dag->read[i]));
+        LOOM_CHECK(cuda_reduce(run->dtype, run->redop, dst, src,
+                               peer_addr(run, &run->plan->dag->read[i]), n, run->stream));
+        break;
+      case OP_COPY:
+        LOOM_CHECK(cuda_memcpy(dst, src, n * es, run->stream));
+        break;
+      case OP_REDUCE:
+        LOOM_CHECK(cuda_reduce(run->dtype, run->redop, dst, dst, src, n, run->stream));
+        break;
+      case OP_PREMUL: {
+        const void* k = run->t->scalar_ptr;
+        int on_dev = k && mem_kind_of(k, NULL) == MEM_CUDA;
+        LOOM_CHECK(
+            cuda_mul_scalar(run->dtype, dst, src, n, k ? k : run->t->scalar, on_dev, run->stream));
+        break;
+      }
+      case OP_DIV:
+        LOOM_CHECK(cuda_div(run->dtype, dst, src, n, run->comm->nranks, run->stream));
+        break;
+      default:
+        return err_set(run->comm, loomInternalError, "a %s op in a device plan",
+                       plan_op_name(op->kind));
+    }
+  }
+  return loomSuccess;
+}
+
+/* Says on the device and to the peers that this rank has done `done` steps. */
+static loomResult_t mark(struct crun* run, uint32_t done) {
+  struct clique* cl = run->cc->cl;
+  uint64_t v = val(run->seq, done);
+  LOOM_CHECK(cuda_write_value(run->stream, &cl->dev[run->comm->rank].gpu_done, v));
+  atomic_store_explicit(&cl->host[run->comm->rank].queued, v, memory_order_release);
+  return loomSuccess;
+}
+
+/* Advances run as far as the peers allow; *moved when it queued anything. */
+static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* moved) {
+  struct loom_comm* comm = run->comm;
+  struct clique* cl = run->cc ? run->cc->cl : NULL;
+  int me = comm->rank;
+  if (run->phase == PH_TURN) {
+    /* The communicator's tasks of the launch run one after another. */
+    if (run->prev >= 0 && h->runs[run->prev].phase != PH_DONE) return loomSuccess;
+    run->dl = deadline_in_ms(comm->timeout_ms);
+    run->phase = PH_SLOT;
+    *moved = 1;
+  }
+  if (run->phase == PH_SLOT) {
+    /* The slot's last call is queued by every peer. */
+    uint64_t need = run->seq > CUDA_SLOTS - 1 ? val(run->seq - (CUDA_SLOTS - 1), 0) : 0;
+    for (int p = 0; p < comm->nranks; p++)
+      if (atomic_load_explicit(&cl->host[p].queued, memory_order_acquire) < need)
+        return loomSuccess;
+    __typeof__(cl->host[0].slot[0])* s = &cl->host[me].slot[run->seq % CUDA_SLOTS];
+    for (int b = 0; b < PB_COUNT; b++) s->addr[b] = (uint64_t)(uintptr_t)run->bufs[b];
+    atomic_store_explicit(&s->seq, run->seq, memory_order_release);
+    struct cuda_comm* cc = run->cc;
+    if (cc->any_stream && cc->last_stream != run->stream)
+      LOOM_CHECK(cuda_event_wait(run->stream, cc->join_ev));
+    cc->last_stream = run->stream;
+    cc->any_stream = 1;
+    LOOM_CHECK(mark(run, 0));
+    run->phase = PH_STEPS;
+    run->k = run->w = 0;
+    *moved = 1;
+  }
+  const struct dag_rank* d = run->plan ? run->plan->dag : NULL;
+  while (run->phase == PH_STEPS) {
+    /* Step k's waits (k == nsteps: the end's). */
+    for (; d->wait_begin[run->k] + run->w < d->wait_begin[run->k + 1]; run->w++) {
+      const struct dag_wait* wt = &d->waits[d->wait_begin[run->k] + run->w];
+      uint64_t v = val(run->seq, wt->after);
+      if (atomic_load_explicit(&cl->host[wt->peer].queued, memory_order_acquire) < v)
+        return loomSuccess;
+      LOOM_CHECK(cuda_wait_value(run->stream, &cl->dev[wt->peer].gpu_done, v));
+      *moved = 1;
+    }
+    if (run->k == d->nsteps) {
+      LOOM_CHECK(cuda_event_record(run->cc->join_ev, run->stream));
+      run->phase = PH_DONE;
+      *moved = 1;
+      break;
+    }
+    LOOM_CHECK(step_queue(run));
+    LOOM_CHECK(mark(run, run->k + 1));
+    run->k++;
+    run->w = 0;
+    *moved = 1;
+  }
+  return loomSuccess;
+}
+
+/* Why run is stuck, for the timeout's message. */
+static void run_describe(const struct crun* run, char* buf, size_t len) {
+  const struct dag_rank* d = run->plan ? run->plan->dag : NULL;
+  if (run->phase == PH_SLOT || !d) {
+    snprintf(buf, len, "waiting for every peer to have queued call %llu",
+             (unsigned long long)(run->seq > CUDA_SLOTS - 1 ? run->seq - (CUDA_SLOTS - 1) : 0));
+    return;
+  }
+  const struct dag_wait* wt = &d->waits[d->wait_begin[run->k] + run->w];
+  snprintf(buf, len, "step %u of %u, waiting for peer %d to queue its step %u", run->k + 1,
+           d->nsteps, wt->peer, wt->after);
+}
+
+static loomResult_t run_check(struct crun* run) {
+  struct loom_comm* comm = run->comm;
+  if (atomic_load(&comm->aborted))
+    return err_set(comm, loomRemoteError, "%s interrupted: the communicator was aborted",
+                   coll_kind_text(run->t->kind));
+  LOOM_CHECK(comm_health(comm));
+  if (run->phase != PH_TURN && deadline_passed(&run->dl)) {
+    char why[160];
+    run_describe(run, why, sizeof why);
+    comm_set_failed(comm, -1, loomTimeout, "%s on device buffers timed out after %lld ms (%s)",
+                    coll_kind_text(run->t->kind), comm->timeout_ms, why);
+    return loomTimeout;
+  }
+  return loomSuccess;
+}
+
+static loomResult_t cuda_progress(struct exec_launch* l, int* done_out) {
+  struct cuda_launch* h = l->state;
+  int moved = 0, left = 0;
+  *done_out = 0;
+  if (!h->started) {
+    if (!turns_reached(h)) {
+      sched_yield(); /* the launches before it have deadlines of their own */
+      return loomSuccess;
+    }
+    h->started = 1;
+    exec_launch_started(l);
+    for (int i = 0; i < h->nruns; i++)
+      h->runs[i].owns = atomic_load(&h->runs[i].comm->coll->serving) == h->runs[i].turn;
+    if (l->cancel) { /* dropped: nothing runs; release passes the turns on */
+      *done_out = 1;
+      return loomSuccess;
+    }
+    for (int i = 0; i < h->nruns; i++) LOOM_CHECK(run_check(&h->runs[i]));
+  }
+  for (int i = 0; i < h->nruns; i++) {
+    struct crun* run = &h->runs[i];
+    if (run->phase == PH_DONE) continue;
+    LOOM_CHECK(cuda_ctx_enter(run->cc->dev));
+    loomResult_t r = run_advance(h, run, &moved);
+    cuda_ctx_leave();
+    LOOM_CHECK(r);
+    left += run->phase != PH_DONE;
+  }
+  if (!left) {
+    *done_out = 1;
+    return loomSuccess;
+  }
+  if (moved) return loomSuccess;
+  for (int i = 0; i < h->nruns; i++)
+    if (h->runs[i].phase != PH_DONE) LOOM_CHECK(run_check(&h->runs[i]));
+  /* The peers are threads queuing their own steps: let them run. */
+  sched_yield();
+  return loomSuccess;
+}
+
+static void cuda_release(struct exec_launch* l) {
+  struct cuda_launch* h = l->state;
+  for (int i = 0; i < h->nruns; i++) {
+    struct crun* run = &h->runs[i];
+    if (l->result != loomSuccess && h->started && run->phase != PH_TURN && run->phase != PH_DONE)
+      comm_set_failed(run->comm, -1, l->result, "%s on device buffers failed: %s",
+                      coll_kind_text(run->t->kind), err_thread_last());
+    plan_obj_unref(run->plan);
+  }
+  for (int i = 0; i < h->nruns; i++) {
+    struct crun* run = &h->runs[i];
+    if (!run->has_turn) continue;
+    struct coll_comm* cc = run->comm->coll;
+    /* Pass the turn on when this launch holds it. */
+    if (h->started && run->owns) {
+      atomic_store(&cc->serving, run->turn + 1);
+      if (atomic_load(&cc->turn_waiters) > 0) bell_ring(tp_self_bell(run->comm));
+    }
+    coll_inflight_done(run->comm);
+  }
+}
+
+static int ops_usable(const char** why) {
+  return cuda_stream_usable(why);
+}
+
+static const struct stream_cuda_ops ops = {ops_usable, cuda_stream_sync, cuda_stream_query};
+
+/* The core's CUDA stream wrappers reach the driver through this executor. */
+__attribute__((constructor)) static void cuda_ops_install(void) {
+  if (cuda_kernels_built()) stream_cuda_ops_set(&ops);
+}
+
+const struct loom_executor exec_cuda = {
+    .name = "cuda",
+    .mem_kinds = MEM_KIND_BIT(MEM_CUDA),
+    .stream_ok = STREAM_KIND_BIT(STREAM_CUDA),
+    .state_size = cuda_state_size,
+    .prepare = cuda_prepare,
+    .launch = cuda_launch_start,
+    .progress = cuda_progress,
+    .release = cuda_release,
+};

@@ -1,0 +1,469 @@
+/* exec.c - the CUDA executor (src/collectives/exec_cuda.c) against the
+ * stand-in driver (stub_stream.c, stub_kernels.c), on machines with no GPU:
+ * thread ranks of one process on one device, each with a CUDA stream of
+ * its own that a worker thread runs behind the host's back, as a GPU does.
+ *
+ * Checked: every collective the executor serves at 1, 2, 3, 4 and 8 ranks,
+ * every datatype with every op that is exact for the inputs (so any order
+ * of reduction gives one answer, the host kernels' fold in rank order),
+ * loomAvg and PreMulSum with a host and a device scalar, in place and out of
+ * place; that a call returns once queued while the stream is held by
+ * earlier work, and its result lands only after that work; calls of one
+ * communicator on two streams; one thread per rank as well as one thread
+ * driving every rank in a group; device sends and receives refused with a
+ * reason. LOOM_ALGO (set by ctest per run) forces each family.
+ *   usage: exec PATH_OF_THE_STUB_LIBCUDA_SO_1 */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "kernels/codec.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "loom.h"
+
+static int fails, checks;
+static int (*cu_stream_create)(void**, unsigned);
+static int (*cu_stream_destroy)(void*);
+static int (*cu_mem_alloc)(uintptr_t*, size_t);
+static int (*cu_mem_free)(uintptr_t);
+static int (*cu_wait_value)(void*, uintptr_t, uint64_t, unsigned);
+
+#define MAXR 8
+static int nranks;
+static loomComm_t comms[MAXR];
+static void* cstreams[MAXR];
+static loomStream_t streams[MAXR];
+
+#define CHECK(cond, ...)            \
+  do {                              \
+    checks++;                       \
+    if (!(cond)) {                  \
+      fails++;                      \
+      printf("FAIL: " __VA_ARGS__); \
+      printf("\n");                 \
+    }                               \
+  } while (0)
+
+static void* dev_alloc(size_t bytes) {
+  uintptr_t p = 0;
+  if (cu_mem_alloc(&p, bytes ? bytes : 1) != 0) {
+    printf("cuMemAlloc failed\n");
+    exit(1);
+  }
+  return (void*)p;
+}
+
+/* Element i of a buffer of type t holds the small integer v. */
+static void put(loomDataType_t t, void* p, size_t i, int v) {
+  switch (t) {
+    case loomInt8:
+      ((int8_t*)p)[i] = (int8_t)v;
+      break;
+    case loomUint8:
+      ((uint8_t*)p)[i] = (uint8_t)v;
+      break;
+    case loomInt32:
+      ((int32_t*)p)[i] = v;
+      break;
+    case loomUint32:
+      ((uint32_t*)p)[i] = (uint32_t)v;
+      break;
+    case loomInt64:
+      ((int64_t*)p)[i] = v;
+      break;
+    case loomUint64:
+      ((uint64_t*)p)[i] = (uint64_t)v;
+      break;
+    case loomFloat16:
+      ((uint16_t*)p)[i] = half_encode((float)v);
+      break;
+    case loomBfloat16:
+      ((uint16_t*)p)[i] = bf16_encode((float)v);
+      break;
+    case loomFloat8e4m3:
+      ((uint8_t*)p)[i] = fp8e4m3_encode((float)v);
+      break;
+    case loomFloat8e5m2:
+      ((uint8_t*)p)[i] = fp8e5m2_encode((float)v);
+      break;
+    case loomFloat32:
+      ((float*)p)[i] = (float)v;
+      break;
+    default:
+      ((double*)p)[i] = v;
+      break;
+  }
+}
+
+/* Rank r's input element i: 1, 2 or 3 for sums (exact in every type at up
+ * to 8 ranks but float8, whose sums the test does not ask), 1 or 2 for
+ * products (powers of two: exact), anything small for max and min. */
+static int input(int r, size_t i, loomRedOp_t op) {
+  if (op == loomProd) return 1 + (int)((r + i) % 2);
+  return 1 + (int)((r * 7 + i * 3) % 3) + (op == loomMax || op == loomMin ? r % 4 : 0);
+}
+
+/* Every rank's input of `count` elements, block by block (block b of rank r
+ * is input(r * nblocks + b, ...), so the blocks differ). */
+static void fill_inputs(loomDataType_t t, loomRedOp_t op, size_t count, int nblocks,
+                        unsigned char* host[MAXR]) {
+  for (int r = 0; r < nranks; r++)
+    for (int b = 0; b < nblocks; b++)
+      for (size_t i = 0; i < count; i++)
+        put(t, host[r], (size_t)b * count + i, input(r * nblocks + b, i, op));
+}
+
+/* want = the reduction of in[0..nranks) block `blk` (of count elements), as
+ * the host kernels fold it in rank order; loomAvg then divides. */
+static void reduce_ref(loomDataType_t t, loomRedOp_t op, unsigned char* in[MAXR], size_t blk,
+                       size_t count, unsigned char* want) {
+  size_t es = dtype_size(t), at = blk * count * es;
+  loomRedOp_t rop = op == loomAvg ? loomSum : op;
+  memcpy(want, in[0] + at, count * es);
+  for (int r = 1; r < nranks; r++) cpu_reduce(t, rop, want, want, in[r] + at, count);
+  if (op == loomAvg) cpu_div(t, want, want, count, nranks);
+}
+
+static void sync_all(void) {
+  for (int r = 0; r < nranks; r++) {
+    loomResult_t res = loomStreamSynchronize(streams[r]);
+    CHECK(res == loomSuccess, "loomStreamSynchronize rank %d: %s", r, loomGetErrorString(res));
+  }
+}
+
+enum coll {
+  C_ALLREDUCE,
+  C_REDUCESCATTER,
+  C_ALLGATHER,
+  C_BROADCAST,
+  C_REDUCE,
+  C_ALLTOALL,
+  C_GATHER,
+  C_SCATTER,
+  C_N
+};
+static const char* const coll_name[C_N] = {"all-reduce", "reduce-scatter", "all-gather",
+                                           "broadcast",  "reduce",         "all-to-all",
+                                           "gather",     "scatter"};
+
+static loomResult_t call(enum coll c, const void* s, void* d, size_t count, loomDataType_t t,
+                         loomRedOp_t op, int root, int r) {
+  switch (c) {
+    case C_ALLREDUCE:
+      return loomAllReduce(s, d, count, t, op, comms[r], streams[r]);
+    case C_REDUCESCATTER:
+      return loomReduceScatter(s, d, count, t, op, comms[r], streams[r]);
+    case C_ALLGATHER:
+      return loomAllGather(s, d, count, t, comms[r], streams[r]);
+    case C_BROADCAST:
+      return loomBroadcast(s, d, count, t, root, comms[r], streams[r]);
+    case C_REDUCE:
+      return loomReduce(s, d, count, t, op, root, comms[r], streams[r]);
+    case C_ALLTOALL:
+      return loomAlltoAll(s, d, count, t, comms[r], streams[r]);
+    case C_GATHER:
+      return loomGather(s, d, count, t, root, comms[r], streams[r]);
+    default:
+      return loomScatter(s, d, count, t, root, comms[r], streams[r]);
+  }
+}
+
+/* Elements of the send and receive buffers of collective c. */
+static void sizes(enum coll c, size_t count, size_t* send, size_t* recv) {
+  size_t n = (size_t)nranks;
+  *send = c == C_REDUCESCATTER || c == C_ALLTOALL || c == C_SCATTER ? n * count : count;
+  *recv = c == C_ALLGATHER || c == C_ALLTOALL || c == C_GATHER ? n * count : count;
+}
+
+/* What rank r's receive buffer must hold, into want (recv elements). 0 when
+ * r's receive buffer is not written by c (a non-root's of reduce, gather). */
+static int expected(enum coll c, loomDataType_t t, loomRedOp_t op, size_t count, int root, int r,
+                    unsigned char* in[MAXR], unsigned char* want) {
+  size_t es = dtype_size(t), n = (size_t)nranks;
+  switch (c) {
+    case C_ALLREDUCE:
+      reduce_ref(t, op, in, 0, count, want);
+      return 1;
+    case C_REDUCE:
+      if (r != root) return 0;
+      reduce_ref(t, op, in, 0, count, want);
+      return 1;
+    case C_REDUCESCATTER:
+      reduce_ref(t, op, in, (size_t)r, count, want);
+      return 1;
+    case C_ALLGATHER:
+      for (size_t p = 0; p < n; p++) memcpy(want + p * count * es, in[p], count * es);
+      return 1;
+    case C_GATHER:
+      if (r != root) return 0;
+      for (size_t p = 0; p < n; p++) memcpy(want + p * count * es, in[p], count * es);
+      return 1;
+    case C_BROADCAST:
+      memcpy(want, in[root], count * es);
+      return 1;
+    case C_SCATTER:
+      memcpy(want, in[root] + (size_t)r * count * es, count * es);
+      return 1;
+    default: /* all-to-all: block p of r's receive is block r of p's send */
+      for (size_t p = 0; p < n; p++)
+        memcpy(want + p * count * es, in[p] + (size_t)r * count * es, count * es);
+      return 1;
+  }
+}
+
+/* One collective on every rank, issued in one group by this thread (or, with
+ * in_place, from the receive buffer), checked on every rank. */
+static void one(enum coll c, loomDataType_t t, loomRedOp_t op, size_t count, int in_place) {
+  size_t es = dtype_size(t), ns, nr;
+  sizes(c, count, &ns, &nr);
+  int root = c == C_BROADCAST || c == C_SCATTER ? nranks - 1 : 0;
+  int nblocks = (int)(ns / count);
+  unsigned char *hin[MAXR], *want = malloc(nr * es), *got = malloc(nr * es);
+  void *din[MAXR], *dout[MAXR];
+  for (int r = 0; r < nranks; r++) {
+    hin[r] = malloc(ns * es);
+    dout[r] = dev_alloc(nr * es);
+    memset(dout[r], 0xee, nr * es);
+    din[r] = in_place ? dout[r] : dev_alloc(ns * es);
+  }
+  fill_inputs(t, op, count, nblocks, hin);
+  for (int r = 0; r < nranks; r++) memcpy(din[r], hin[r], ns * es); /* "device" memory */
+  loomResult_t res = loomGroupStart();
+  for (int r = 0; r < nranks && res == loomSuccess; r++)
+    res = call(c, din[r], dout[r], count, t, op, root, r);
+  loomResult_t end = loomGroupEnd();
+  CHECK(res == loomSuccess && end == loomSuccess, "%s %s op %d n=%zu at %d ranks: %s", coll_name[c],
+        dtype_name(t), (int)op, count, nranks, loomGetLastError(NULL));
+  sync_all();
+  for (int r = 0; r < nranks; r++) {
+    if (!expected(c, t, op, count, root, r, hin, want)) continue;
+    memcpy(got, dout[r], nr * es);
+    CHECK(memcmp(got, want, nr * es) == 0, "%s %s op %d n=%zu%s at %d ranks: rank %d wrong",
+          coll_name[c], dtype_name(t), (int)op, count, in_place ? " in place" : "", nranks, r);
+  }
+  for (int r = 0; r < nranks; r++) {
+    free(hin[r]);
+    if (!in_place) cu_mem_free((uintptr_t)din[r]);
+    cu_mem_free((uintptr_t)dout[r]);
+  }
+  free(want);
+  free(got);
+}
+
+/* Ops exact for the inputs: sums not for float8 (their sums round). */
+static int op_exact(loomDataType_t t, loomRedOp_t op) {
+  int fp8 = t == loomFloat8e4m3 || t == loomFloat8e5m2;
+  if (fp8 && (op == loomSum || op == loomAvg)) return 0;
+  if (op == loomAvg) return t == loomFloat32 || t == loomFloat64 || t == loomInt32;
+  return 1;
+}
+
+/* PreMulSum by 2 (exact), the scalar on the host (read at the call) or in
+ * device memory (read by the device). */
+static void premul(int on_device) {
+  size_t count = 1000;
+  float two = 2.0f, *dtwo = dev_alloc(sizeof(float));
+  *dtwo = 2.0f;
+  loomRedOp_t ops[MAXR];
+  unsigned char *hin[MAXR], *want = malloc(count * 4);
+  void* d[MAXR];
+  for (int r = 0; r < nranks; r++) {
+    loomResult_t res =
+        loomRedOpCreatePreMulSum(&ops[r], on_device ? (void*)dtwo : &two, loomFloat32,
+                                 on_device ? loomScalarDevice : loomScalarHostImmediate, comms[r]);
+    CHECK(res == loomSuccess, "PreMulSum create: %s", loomGetLastError(NULL));
+    hin[r] = malloc(count * 4);
+    d[r] = dev_alloc(count * 4);
+  }
+  fill_inputs(loomFloat32, loomSum, count, 1, hin);
+  for (int r = 0; r < nranks; r++) memcpy(d[r], hin[r], count * 4);
+  reduce_ref(loomFloat32, loomSum, hin, 0, count, want);
+  for (size_t i = 0; i < count; i++) ((float*)want)[i] *= 2.0f;
+  loomGroupStart();
+  for (int r = 0; r < nranks; r++)
+    loomAllReduce(d[r], d[r], count, loomFloat32, ops[r], comms[r], streams[r]);
+  CHECK(loomGroupEnd() == loomSuccess, "PreMulSum all-reduce: %s", loomGetLastError(NULL));
+  sync_all();
+  for (int r = 0; r < nranks; r++) {
+    CHECK(memcmp(d[r], want, count * 4) == 0, "PreMulSum (%s scalar) at %d ranks: rank %d wrong",
+          on_device ? "device" : "host", nranks, r);
+    loomRedOpDestroy(ops[r], comms[r]);
+    cu_mem_free((uintptr_t)d[r]);
+    free(hin[r]);
+  }
+  cu_mem_free((uintptr_t)dtwo);
+  free(want);
+}
+
+/* A call returns once queued: each rank's stream is held by a wait (the
+ * user's earlier work) while the call is made; nothing lands until it ends,
+ * and then the result is there. Then two calls of one communicator on two
+ * streams per rank, the second reading the first's result. */
+static void ordering(void) {
+  size_t count = 4096;
+  static uint64_t gate;
+  __atomic_store_n(&gate, 0, __ATOMIC_RELEASE);
+  float* d[MAXR];
+  for (int r = 0; r < nranks; r++) {
+    d[r] = dev_alloc(count * 4);
+    for (size_t i = 0; i < count; i++) d[r][i] = (float)(r + 1);
+    cu_wait_value(cstreams[r], (uintptr_t)&gate, 1, 0);
+  }
+  loomGroupStart();
+  for (int r = 0; r < nranks; r++)
+    loomAllReduce(d[r], d[r], count, loomFloat32, loomSum, comms[r], streams[r]);
+  CHECK(loomGroupEnd() == loomSuccess, "held all-reduce: %s", loomGetLastError(NULL));
+  int untouched = 1;
+  for (int r = 0; r < nranks; r++) untouched &= d[r][0] == (float)(r + 1);
+  CHECK(untouched, "the all-reduce ran before the work queued ahead of it on the stream");
+  CHECK(nranks == 1 || loomStreamQuery(streams[0]) == loomInProgress,
+        "loomStreamQuery says done while the stream is held");
+  __atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
+  sync_all();
+  float sum = (float)(nranks * (nranks + 1) / 2);
+  for (int r = 0; r < nranks; r++)
+    CHECK(d[r][0] == sum && d[r][count - 1] == sum, "held all-reduce: rank %d has %g, not %g", r,
+          d[r][0], sum);
+  /* A second stream per rank: the next call on it follows the first. */
+  void* other[MAXR];
+  loomStream_t lother[MAXR];
+  for (int r = 0; r < nranks; r++) {
+    cu_stream_create(&other[r], 0);
+    loomStreamCreateFromCuda(&lother[r], other[r]);
+  }
+  loomGroupStart();
+  for (int r = 0; r < nranks; r++)
+    loomAllReduce(d[r], d[r], count, loomFloat32, loomSum, comms[r], streams[r]);
+  loomGroupEnd();
+  loomGroupStart();
+  for (int r = 0; r < nranks; r++)
+    loomAllReduce(d[r], d[r], count, loomFloat32, loomSum, comms[r], lother[r]);
+  CHECK(loomGroupEnd() == loomSuccess, "all-reduce on a second stream: %s", loomGetLastError(NULL));
+  for (int r = 0; r < nranks; r++) loomStreamSynchronize(lother[r]);
+  float want = sum * (float)nranks * (float)nranks;
+  for (int r = 0; r < nranks; r++) {
+    CHECK(d[r][7] == want, "two streams: rank %d has %g, not %g", r, d[r][7], want);
+    loomStreamDestroy(lother[r]);
+    cu_stream_destroy(other[r]);
+    cu_mem_free((uintptr_t)d[r]);
+  }
+}
+
+/* One thread per rank, each calling on its own. */
+struct worker_arg {
+  int r;
+  float* d;
+  loomResult_t res;
+};
+static void* rank_main(void* p) {
+  struct worker_arg* a = p;
+  for (int it = 0; it < 20 && a->res == loomSuccess; it++)
+    a->res = loomAllReduce(a->d, a->d, 777, loomFloat32, loomMax, comms[a->r], streams[a->r]);
+  if (a->res == loomSuccess) a->res = loomStreamSynchronize(streams[a->r]);
+  return NULL;
+}
+static void threads(void) {
+  pthread_t th[MAXR];
+  struct worker_arg a[MAXR];
+  for (int r = 0; r < nranks; r++) {
+    a[r].r = r;
+    a[r].res = loomSuccess;
+    a[r].d = dev_alloc(777 * 4);
+    for (int i = 0; i < 777; i++) a[r].d[i] = (float)((r * 31 + i) % 97);
+    pthread_create(&th[r], NULL, rank_main, &a[r]);
+  }
+  for (int r = 0; r < nranks; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < nranks; r++) {
+    CHECK(a[r].res == loomSuccess, "thread rank %d: %s", r, loomGetErrorString(a[r].res));
+    int ok = 1;
+    for (int i = 0; i < 777; i++) {
+      float m = 0;
+      for (int p = 0; p < nranks; p++)
+        m = m > (float)((p * 31 + i) % 97) ? m : (float)((p * 31 + i) % 97);
+      ok &= a[r].d[i] == m;
+    }
+    CHECK(ok, "thread ranks: rank %d's max is wrong", r);
+  }
+  for (int r = 0; r < nranks; r++) cu_mem_free((uintptr_t)a[r].d);
+}
+
+static void refusals(void) {
+  void* d = dev_alloc(64);
+  loomResult_t r = loomSend(d, 16, loomFloat32, 0, comms[0], streams[0]);
+  CHECK(r == loomInvalidUsage && strstr(loomGetLastError(NULL), "not served yet"),
+        "a device send is refused with a reason (got %d: %s)", r, loomGetLastError(NULL));
+  cu_mem_free((uintptr_t)d);
+}
+
+static void at(int n) {
+  nranks = n;
+  int devs[MAXR] = {0};
+  loomResult_t r = loomCommInitAll(comms, n, devs);
+  if (r != loomSuccess) {
+    printf("FAIL: loomCommInitAll(%d, devlist of device 0): %s\n", n, loomGetLastError(NULL));
+    fails++;
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    cu_stream_create(&cstreams[i], 0);
+    r = loomStreamCreateFromCuda(&streams[i], cstreams[i]);
+    CHECK(r == loomSuccess, "loomStreamCreateFromCuda: %s", loomGetLastError(NULL));
+  }
+  const size_t counts[] = {1, 7, 1000, 70001};
+  const loomRedOp_t ops[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
+  for (int t = 0; t < loomNumTypes; t++)
+    for (int o = 0; o < 5; o++)
+      if (op_exact((loomDataType_t)t, ops[o]))
+        for (int ci = 0; ci < 3; ci++) one(C_ALLREDUCE, (loomDataType_t)t, ops[o], counts[ci], 0);
+  for (int c = 0; c < C_N; c++)
+    for (int ci = 0; ci < 4; ci++) {
+      one((enum coll)c, loomFloat32, loomSum, counts[ci], 0);
+      one((enum coll)c, loomBfloat16, loomMax, counts[ci], 0);
+      one((enum coll)c, loomInt8, loomSum, counts[ci], 0);
+    }
+  one(C_ALLREDUCE, loomFloat32, loomSum, 70001, 1);
+  one(C_ALLREDUCE, loomFloat16, loomSum, 1000, 1);
+  one(C_BROADCAST, loomFloat64, loomSum, 1000, 1);
+  premul(0);
+  premul(1);
+  ordering();
+  threads();
+  refusals();
+  for (int i = 0; i < n; i++) {
+    loomStreamDestroy(streams[i]);
+    CHECK(loomCommDestroy(comms[i]) == loomSuccess, "loomCommDestroy: %s", loomGetLastError(NULL));
+    cu_stream_destroy(cstreams[i]);
+  }
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s PATH_OF_THE_STUB_LIBCUDA_SO_1\n", argv[0]);
+    return 2;
+  }
+  void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    printf("cannot load the stand-in driver: %s\n", dlerror());
+    return 1;
+  }
+  *(void**)&cu_stream_create = dlsym(h, "cuStreamCreate");
+  *(void**)&cu_stream_destroy = dlsym(h, "cuStreamDestroy_v2");
+  *(void**)&cu_mem_alloc = dlsym(h, "cuMemAlloc_v2");
+  *(void**)&cu_mem_free = dlsym(h, "cuMemFree_v2");
+  *(void**)&cu_wait_value = dlsym(h, "cuStreamWaitValue64_v2");
+  loomStream_t probe;
+  if (loomStreamCreateFromCuda(&probe, NULL) != loomSuccess) {
+    printf("SKIPPED: %s\n", loomGetLastError(NULL));
+    return 77;
+  }
+  loomStreamDestroy(probe);
+  const int ns[] = {1, 2, 3, 4, 8};
+  for (int i = 0; i < 5; i++) at(ns[i]);
+  printf("%d checks, %d failed\n", checks, fails);
+  return fails ? 1 : 0;
+}

@@ -1,0 +1,339 @@
+/* stub_stream.c - the stand-in driver's streams, events, stream memory
+ * operations, device memory and contexts, for testing the CUDA executor
+ * (src/collectives/exec_cuda.c) without a GPU.
+ *
+ * A stream is a queue of operations run in order by a worker thread of its
+ * own, as a GPU runs a stream's work behind the host's back: kernels (see
+ * stub_kernels.c), copies, 64-bit writes and waits on memory words, event
+ * records and waits. A wait holds its stream until the word reaches the
+ * value (polled, as the GPU's front end does); nothing else waits. The
+ * legacy and per-thread default streams (handles 0, 1, 2) run each
+ * operation at once on the calling thread. Device memory is host memory
+ * that cuPointerGetAttribute reports as device memory of device 0; mapped
+ * host memory has one address for both. Words are read and written with
+ * acquire and release atomics, so what a stream wrote before it set a word
+ * is seen by whoever waited for it (ThreadSanitizer sees that order too). */
+#include "stub_stream.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { CU_ERR_INVALID_VALUE = 1, CU_ERR_OUT_OF_MEMORY = 2, CU_ERR_NOT_READY = 600 };
+
+/* ---- Device memory ---- */
+
+struct alloc {
+  uintptr_t lo, hi;
+};
+static struct alloc* allocs;
+static size_t nallocs, allocs_cap;
+static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int stub_is_device(uintptr_t p) {
+  int found = 0;
+  pthread_mutex_lock(&alloc_lock);
+  for (size_t i = 0; i < nallocs && !found; i++) found = p >= allocs[i].lo && p < allocs[i].hi;
+  pthread_mutex_unlock(&alloc_lock);
+  return found;
+}
+
+STUB_API int cuMemAlloc_v2(uintptr_t* out, size_t bytes) {
+  size_t rounded = (bytes + 255) & ~(size_t)255;
+  void* p = aligned_alloc(256, rounded ? rounded : 256);
+  if (!p) return CU_ERR_OUT_OF_MEMORY;
+  memset(p, 0xa5, rounded ? rounded : 256); /* what fresh device memory holds: not zeros */
+  pthread_mutex_lock(&alloc_lock);
+  if (nallocs == allocs_cap) {
+    size_t cap = allocs_cap ? allocs_cap * 2 : 64;
+    struct alloc* a = realloc(allocs, cap * sizeof *a);
+    if (!a) {
+      pthread_mutex_unlock(&alloc_lock);
+      free(p);
+      return CU_ERR_OUT_OF_MEMORY;
+    }
+    allocs = a, allocs_cap = cap;
+  }
+  allocs[nallocs].lo = (uintptr_t)p;
+  allocs[nallocs++].hi = (uintptr_t)p + bytes;
+  pthread_mutex_unlock(&alloc_lock);
+  *out = (uintptr_t)p;
+  return 0;
+}
+
+STUB_API int cuMemFree_v2(uintptr_t p) {
+  int found = 0;
+  pthread_mutex_lock(&alloc_lock);
+  for (size_t i = 0; i < nallocs; i++)
+    if (allocs[i].lo == p) {
+      allocs[i] = allocs[--nallocs];
+      found = 1;
+      break;
+    }
+  pthread_mutex_unlock(&alloc_lock);
+  if (!found) return CU_ERR_INVALID_VALUE;
+  free((void*)p);
+  return 0;
+}
+
+STUB_API int cuMemHostAlloc(void** out, size_t bytes, unsigned flags) {
+  (void)flags;
+  *out = calloc(1, bytes ? bytes : 1);
+  return *out ? 0 : CU_ERR_OUT_OF_MEMORY;
+}
+
+STUB_API int cuMemFreeHost(void* p) {
+  free(p);
+  return 0;
+}
+
+STUB_API int cuMemHostGetDevicePointer_v2(uintptr_t* out, void* p, unsigned flags) {
+  (void)flags;
+  *out = (uintptr_t)p;
+  return 0;
+}
+
+/* ---- Contexts: one, the primary context of device 0 ---- */
+
+static int the_context;
+
+STUB_API int cuCtxGetCurrent(void** ctx) {
+  *ctx = &the_context;
+  return 0;
+}
+
+STUB_API int cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+  if (dev != 0) return 101; /* CUDA_ERROR_INVALID_DEVICE */
+  *ctx = &the_context;
+  return 0;
+}
+
+STUB_API int cuCtxPushCurrent_v2(void* ctx) {
+  return ctx == &the_context ? 0 : CU_ERR_INVALID_VALUE;
+}
+
+STUB_API int cuCtxPopCurrent_v2(void** ctx) {
+  if (ctx) *ctx = &the_context;
+  return 0;
+}
+
+/* ---- Streams ---- */
+
+struct op {
+  stub_op_fn run;
+  unsigned char arg[STUB_OP_ARG];
+  struct op* next;
+};
+
+struct stream {
+  pthread_mutex_t lock;
+  pthread_cond_t cond; /* work queued, work finished, shutting down */
+  struct op *head, *tail;
+  int busy, quit;
+  pthread_t worker;
+};
+
+static void nap(void) {
+  struct timespec ts = {0, 20000}; /* 20 us: a poll of the front end */
+  nanosleep(&ts, NULL);
+}
+
+static void* worker_main(void* arg) {
+  struct stream* s = arg;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (!s->head && !s->quit) pthread_cond_wait(&s->cond, &s->lock);
+    if (!s->head) break;
+    struct op* o = s->head;
+    s->busy = 1;
+    pthread_mutex_unlock(&s->lock);
+    while (o->run(o->arg)) nap();
+    pthread_mutex_lock(&s->lock);
+    s->head = o->next;
+    if (!s->head) s->tail = NULL;
+    s->busy = 0;
+    free(o);
+    pthread_cond_broadcast(&s->cond);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+static int is_default(void* stream) {
+  return (uintptr_t)stream <= 2;
+}
+
+int stub_submit(void* stream, stub_op_fn run, const void* arg, size_t bytes) {
+  if (bytes > STUB_OP_ARG) return CU_ERR_INVALID_VALUE;
+  if (is_default(stream)) {
+    unsigned char copy[STUB_OP_ARG];
+    memcpy(copy, arg, bytes);
+    while (run(copy)) nap();
+    return 0;
+  }
+  struct stream* s = stream;
+  struct op* o = calloc(1, sizeof *o);
+  if (!o) return CU_ERR_OUT_OF_MEMORY;
+  o->run = run;
+  memcpy(o->arg, arg, bytes);
+  pthread_mutex_lock(&s->lock);
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
+  s->tail = o;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  return 0;
+}
+
+STUB_API int cuStreamCreate(void** out, unsigned flags) {
+  (void)flags;
+  struct stream* s = calloc(1, sizeof *s);
+  if (!s) return CU_ERR_OUT_OF_MEMORY;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
+    free(s);
+    return CU_ERR_OUT_OF_MEMORY;
+  }
+  *out = s;
+  return 0;
+}
+
+STUB_API int cuStreamSynchronize(void* stream) {
+  if (is_default(stream)) return 0;
+  struct stream* s = stream;
+  pthread_mutex_lock(&s->lock);
+  while (s->head) pthread_cond_wait(&s->cond, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+  return 0;
+}
+
+STUB_API int cuStreamQuery(void* stream) {
+  if (is_default(stream)) return 0;
+  struct stream* s = stream;
+  pthread_mutex_lock(&s->lock);
+  int left = s->head != NULL;
+  pthread_mutex_unlock(&s->lock);
+  return left ? CU_ERR_NOT_READY : 0;
+}
+
+STUB_API int cuStreamDestroy_v2(void* stream) {
+  if (is_default(stream)) return CU_ERR_INVALID_VALUE;
+  struct stream* s = stream;
+  pthread_mutex_lock(&s->lock);
+  s->quit = 1;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->worker, NULL); /* the worker drains the queue first */
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  return 0;
+}
+
+STUB_API int cuStreamIsCapturing(void* stream, int* status) {
+  (void)stream;
+  *status = 0;
+  return 0;
+}
+
+/* ---- Copies and memory words ---- */
+
+struct copy_arg {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+static int copy_run(void* a) {
+  struct copy_arg* c = a;
+  memmove(c->dst, c->src, c->bytes);
+  return 0;
+}
+
+STUB_API int cuMemcpyAsync(uintptr_t dst, uintptr_t src, size_t bytes, void* stream) {
+  struct copy_arg c = {(void*)dst, (const void*)src, bytes};
+  return stub_submit(stream, copy_run, &c, sizeof c);
+}
+
+struct word_arg {
+  uint64_t* word;
+  uint64_t value;
+};
+static int write_run(void* a) {
+  struct word_arg* w = a;
+  __atomic_store_n(w->word, w->value, __ATOMIC_RELEASE);
+  return 0;
+}
+static int wait_run(void* a) {
+  struct word_arg* w = a;
+  return __atomic_load_n(w->word, __ATOMIC_ACQUIRE) >= w->value ? 0 : 1;
+}
+
+STUB_API int cuStreamWriteValue64_v2(void* stream, uintptr_t addr, uint64_t value, unsigned flags) {
+  if (flags != 0 || addr % 8) return CU_ERR_INVALID_VALUE;
+  struct word_arg w = {(uint64_t*)addr, value};
+  return stub_submit(stream, write_run, &w, sizeof w);
+}
+
+/* Only CU_STREAM_WAIT_VALUE_GEQ (0), the one compare Loom uses. */
+STUB_API int cuStreamWaitValue64_v2(void* stream, uintptr_t addr, uint64_t value, unsigned flags) {
+  if (flags != 0 || addr % 8) return CU_ERR_INVALID_VALUE;
+  struct word_arg w = {(uint64_t*)addr, value};
+  return stub_submit(stream, wait_run, &w, sizeof w);
+}
+
+/* ---- Events: a record is a generation; a wait holds until it is done ---- */
+
+struct event {
+  uint64_t recorded; /* generations recorded (host side) */
+  uint64_t done;     /* generations whose record has run (atomics) */
+};
+
+STUB_API int cuEventCreate(void** out, unsigned flags) {
+  (void)flags;
+  *out = calloc(1, sizeof(struct event));
+  return *out ? 0 : CU_ERR_OUT_OF_MEMORY;
+}
+
+STUB_API int cuEventDestroy_v2(void* ev) {
+  free(ev);
+  return 0;
+}
+
+struct ev_arg {
+  struct event* ev;
+  uint64_t gen;
+};
+static int record_run(void* a) {
+  struct ev_arg* e = a;
+  __atomic_store_n(&e->ev->done, e->gen, __ATOMIC_RELEASE);
+  return 0;
+}
+static int ev_wait_run(void* a) {
+  struct ev_arg* e = a;
+  return __atomic_load_n(&e->ev->done, __ATOMIC_ACQUIRE) >= e->gen ? 0 : 1;
+}
+
+STUB_API int cuEventRecord(void* ev, void* stream) {
+  struct event* e = ev;
+  struct ev_arg a = {e, __atomic_add_fetch(&e->recorded, 1, __ATOMIC_ACQ_REL)};
+  return stub_submit(stream, record_run, &a, sizeof a);
+}
+
+STUB_API int cuStreamWaitEvent(void* stream, void* ev, unsigned flags) {
+  (void)flags;
+  struct event* e = ev;
+  struct ev_arg a = {e, __atomic_load_n(&e->recorded, __ATOMIC_ACQUIRE)};
+  return stub_submit(stream, ev_wait_run, &a, sizeof a);
+}
+
+STUB_API int cuEventSynchronize(void* ev) {
+  struct event* e = ev;
+  uint64_t gen = __atomic_load_n(&e->recorded, __ATOMIC_ACQUIRE);
+  while (__atomic_load_n(&e->done, __ATOMIC_ACQUIRE) < gen) nap();
+  return 0;
+}
