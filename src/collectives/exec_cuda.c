@@ -61,10 +61,11 @@ struct cuda_pub {
 
 /* The ranks of one communicator in this process: their pubs, found by the
  * communicator's hash, freed when the last of them is destroyed (each has
- * synchronized its last stream by then, so no device wait reads them). */
+ * waited for its last call to end on the device by then, so no device wait
+ * reads them). */
 struct clique {
   uint64_t hash;
-  int nranks, refs;
+  int refs;
   struct cuda_pub* host; /* nranks */
   struct cuda_pub* dev;  /* the same, device addresses */
   struct clique* next;
@@ -103,7 +104,6 @@ static loomResult_t clique_join(struct loom_comm* comm, struct clique** out) {
       free(c);
     } else {
       c->hash = comm->comm_hash;
-      c->nranks = comm->nranks;
       c->host = h;
       c->dev = d;
       c->next = cliques;
@@ -252,6 +252,8 @@ struct crun {
   uint32_t k, w; /* the step being queued, and its next wait */
   loomDataType_t dtype;
   loomRedOp_t redop;
+  const void* scalar; /* PreMulSum's: the user's pointer, or the task's copy */
+  int scalar_on_dev;  /* ... read by the device (device memory) */
   struct deadline dl;
 };
 
@@ -298,6 +300,8 @@ static loomResult_t run_prepare(struct crun* run) {
   run->bufs[PB_SCRATCH] = run->cc->scratch;
   run->dtype = t->dtype;
   run->redop = redop_is_premul(t->op) || t->op == loomAvg ? loomSum : t->op;
+  run->scalar = t->scalar_ptr ? t->scalar_ptr : t->scalar;
+  run->scalar_on_dev = t->scalar_ptr && mem_kind_of(t->scalar_ptr, NULL) == MEM_CUDA;
   run->seq = ++run->cc->seq;
   return loomSuccess;
 }
@@ -419,13 +423,10 @@ static loomResult_t step_queue(struct crun* run) {
       case OP_REDUCE:
         LOOM_CHECK(cuda_reduce(run->dtype, run->redop, dst, dst, src, n, run->stream));
         break;
-      case OP_PREMUL: {
-        const void* k = run->t->scalar_ptr;
-        int on_dev = k && mem_kind_of(k, NULL) == MEM_CUDA;
+      case OP_PREMUL:
         LOOM_CHECK(
-            cuda_mul_scalar(run->dtype, dst, src, n, k ? k : run->t->scalar, on_dev, run->stream));
+            cuda_mul_scalar(run->dtype, dst, src, n, run->scalar, run->scalar_on_dev, run->stream));
         break;
-      }
       case OP_DIV:
         LOOM_CHECK(cuda_div(run->dtype, dst, src, n, run->comm->nranks, run->stream));
         break;
@@ -594,11 +595,7 @@ static void cuda_release(struct exec_launch* l) {
   }
 }
 
-static int ops_usable(const char** why) {
-  return cuda_stream_usable(why);
-}
-
-static const struct stream_cuda_ops ops = {ops_usable, cuda_stream_sync, cuda_stream_query};
+static const struct stream_cuda_ops ops = {cuda_stream_usable, cuda_stream_sync, cuda_stream_query};
 
 /* The core's CUDA stream wrappers reach the driver through this executor. */
 __attribute__((constructor)) static void cuda_ops_install(void) {

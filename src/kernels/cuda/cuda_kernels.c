@@ -345,32 +345,6 @@ enum {
   CU_EVENT_NO_TIMING = 0x2              /* CU_EVENT_DISABLE_TIMING */
 };
 
-/* The driver, with every entry point the executor needs. */
-static loomResult_t stream_drv(const char* fn) {
-  pthread_mutex_lock(&kern_lock);
-  drv_load();
-  int ok = drv.ok, sok = drv.stream_ok;
-  const char* why = drv.why;
-  pthread_mutex_unlock(&kern_lock);
-  if (!ok) return err_set(NULL, loomInvalidUsage, "%s: %s", fn, why);
-  if (!sok)
-    return err_set(NULL, loomInvalidUsage,
-                   "%s: the CUDA driver lacks a stream operation Loom needs (stream memory "
-                   "operations, mapped host memory)",
-                   fn);
-  return loomSuccess;
-}
-
-static loomResult_t cu_fail(const char* what, cu_result r) {
-  return err_set(NULL, loomUnhandledCudaError, "%s failed: %s (CUDA error %d)", what, cu_text(r),
-                 r);
-}
-#define CU_DO(what, call)                        \
-  do {                                           \
-    cu_result cu_r_ = (call);                    \
-    if (cu_r_ != 0) return cu_fail(what, cu_r_); \
-  } while (0)
-
 int cuda_stream_usable(const char** why_out) {
   pthread_mutex_lock(&kern_lock);
   drv_load();
@@ -382,6 +356,23 @@ int cuda_stream_usable(const char** why_out) {
   if (why_out) *why_out = why;
   return ok;
 }
+
+/* The driver, with every entry point the executor needs, or fn's error. */
+static loomResult_t stream_drv(const char* fn) {
+  const char* why;
+  if (cuda_stream_usable(&why)) return loomSuccess;
+  return err_set(NULL, loomInvalidUsage, "%s: %s", fn, why);
+}
+
+static loomResult_t cu_fail(const char* what, cu_result r) {
+  return err_set(NULL, loomUnhandledCudaError, "%s failed: %s (CUDA error %d)", what, cu_text(r),
+                 r);
+}
+#define CU_DO(what, call)                        \
+  do {                                           \
+    cu_result cu_r_ = (call);                    \
+    if (cu_r_ != 0) return cu_fail(what, cu_r_); \
+  } while (0)
 
 #define DEV_MAX 64
 static cu_context primary[DEV_MAX];
