@@ -26,10 +26,21 @@
  * scratch buffers in one of CUDA_SLOTS slots; it reuses a slot only once
  * every peer has queued past the call that used it.
  *
- * This first executor serves ranks that are threads of one process
- * (loomCommInitAll with a devlist, or a thread per rank), collectives only:
- * device buffers between processes wait for the CUDA IPC transport, and
- * sends, receives and all-to-all-v for a graph built at run time. */
+ * Sends and receives (and all-to-all-v, whose plan no peer can know) match
+ * per pair of ranks instead: the k-th send from a to b meets b's k-th
+ * receive from a, however many calls each made on the communicator in
+ * between. Each rank has, per peer, words written by its stream (sends
+ * whose buffer is ready, receives done) and by its host (how far each is
+ * queued), and P2P_DEPTH descriptors of its sends' buffers. The receiver
+ * reads the sender's buffer once the sender's stream reaches the send; the
+ * sender's stream waits for the receive to be done before it goes on (the
+ * buffer is the user's again). A launch's sends and receives on one
+ * communicator are queued in whatever order the peers allow, and the
+ * sends' final waits last, so no order of them within a group deadlocks.
+ *
+ * This executor serves ranks that are threads of one process (loomCommInitAll
+ * with a devlist, or a thread per rank): device buffers between processes
+ * wait for the CUDA IPC transport. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +60,8 @@ static inline uint64_t val(uint64_t seq, uint32_t done) {
   return (seq << 24) | done;
 }
 
-/* One rank's words and slots, in pinned host memory mapped for the device. */
+/* One rank's words and slots, in pinned host memory mapped for the device;
+ * nranks struct p2p_pair follow it. */
 struct cuda_pub {
   _Alignas(64) uint64_t gpu_done;       /* written by the rank's stream */
   _Alignas(64) _Atomic uint64_t queued; /* the last value whose write is queued */
@@ -59,6 +71,21 @@ struct cuda_pub {
   } slot[CUDA_SLOTS];
 };
 
+/* One rank's side of its sends to and receives from one peer (counts since
+ * the communicator began). */
+#define P2P_DEPTH 8
+struct p2p_pair {
+  _Alignas(64) uint64_t sent_gpu;       /* sends whose buffer is ready: by the stream */
+  uint64_t got_gpu;                     /* receives done: by the stream */
+  _Alignas(64) _Atomic uint64_t sent_q; /* sends queued (their descriptors published) */
+  _Atomic uint64_t got_q;               /* receives queued */
+  _Atomic uint64_t refused;             /* k + 1: this rank refused the peer's send k */
+  _Atomic uint64_t refused_bytes;       /* ... whose size differs from the receive's */
+  struct {
+    uint64_t addr, bytes;
+  } desc[P2P_DEPTH]; /* send k's buffer in desc[k % P2P_DEPTH] */
+};
+
 /* The ranks of one communicator in this process: their pubs, found by the
  * communicator's hash, freed when the last of them is destroyed (each has
  * waited for its last call to end on the device by then, so no device wait
@@ -66,10 +93,25 @@ struct cuda_pub {
 struct clique {
   uint64_t hash;
   int refs;
-  struct cuda_pub* host; /* nranks */
-  struct cuda_pub* dev;  /* the same, device addresses */
+  size_t stride;       /* bytes of one rank's pub and pairs */
+  unsigned char* host; /* nranks of them */
+  unsigned char* dev;  /* the same, device addresses */
   struct clique* next;
 };
+
+static inline struct cuda_pub* pub_host(const struct clique* c, int r) {
+  return (struct cuda_pub*)(c->host + (size_t)r * c->stride);
+}
+static inline struct cuda_pub* pub_dev(const struct clique* c, int r) {
+  return (struct cuda_pub*)(c->dev + (size_t)r * c->stride);
+}
+/* Rank r's pair towards peer, on the host or as the device sees it. */
+static inline struct p2p_pair* pair_host(const struct clique* c, int r, int peer) {
+  return (struct p2p_pair*)(pub_host(c, r) + 1) + peer;
+}
+static inline struct p2p_pair* pair_dev(const struct clique* c, int r, int peer) {
+  return (struct p2p_pair*)(pub_dev(c, r) + 1) + peer;
+}
 static struct clique* cliques;
 static pthread_mutex_t clique_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -85,6 +127,8 @@ struct cuda_comm {
   size_t scratch_bytes;
   void** old_scratch; /* outgrown, freed at the end */
   int nold;
+  uint64_t* nsent; /* per peer: sends prepared, under exec_lock */
+  uint64_t* ngot;  /* ... receives */
 };
 
 /* ---- The communicator's state ---- */
@@ -97,12 +141,13 @@ static loomResult_t clique_join(struct loom_comm* comm, struct clique** out) {
   if (!c) {
     c = calloc(1, sizeof *c);
     void *h = NULL, *d = NULL;
+    size_t stride = sizeof(struct cuda_pub) + (size_t)comm->nranks * sizeof(struct p2p_pair);
     if (!c) {
       res = err_set(comm, loomSystemError, "out of memory");
-    } else if ((res = cuda_host_alloc(&h, &d, (size_t)comm->nranks * sizeof(struct cuda_pub))) !=
-               loomSuccess) {
+    } else if ((res = cuda_host_alloc(&h, &d, (size_t)comm->nranks * stride)) != loomSuccess) {
       free(c);
     } else {
+      c->stride = stride;
       c->hash = comm->comm_hash;
       c->host = h;
       c->dev = d;
@@ -152,10 +197,15 @@ static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_c
   struct cuda_comm* cc = calloc(1, sizeof *cc);
   if (!cc) return err_set(comm, loomSystemError, "out of memory");
   cc->dev = dev;
-  loomResult_t r = cuda_event_create(&cc->join_ev);
+  cc->nsent = calloc((size_t)comm->nranks, sizeof *cc->nsent);
+  cc->ngot = calloc((size_t)comm->nranks, sizeof *cc->ngot);
+  loomResult_t r = cc->nsent && cc->ngot ? cuda_event_create(&cc->join_ev)
+                                         : err_set(comm, loomSystemError, "out of memory");
   if (r == loomSuccess) r = clique_join(comm, &cc->cl);
   if (r != loomSuccess) {
-    cuda_event_destroy(cc->join_ev);
+    if (cc->join_ev) cuda_event_destroy(cc->join_ev);
+    free(cc->nsent);
+    free(cc->ngot);
     free(cc);
     return r;
   }
@@ -177,6 +227,8 @@ void exec_cuda_comm_fini(struct loom_comm* comm) {
     cuda_ctx_leave();
   }
   free(cc->old_scratch);
+  free(cc->nsent);
+  free(cc->ngot);
   clique_leave(cc->cl);
   free(cc);
   comm->coll->cuda = NULL;
@@ -233,9 +285,22 @@ static loomResult_t dag_get(const struct coll_task* t, struct plan_obj* po) {
 
 /* ---- A launch ---- */
 
-enum { PH_TURN, PH_SLOT, PH_STEPS, PH_DONE };
+enum { PH_TURN, PH_SLOT, PH_STEPS, PH_P2P, PH_P2P_END, PH_DONE };
 
-/* One task of the launch. */
+/* A send or a receive of a point-to-point run. */
+struct p2p_item {
+  int send; /* else a receive */
+  int peer;
+  void* addr;
+  size_t bytes;
+  uint64_t k; /* its number among the rank's sends to (receives from) peer */
+  int queued; /* its part is queued */
+  int last;   /* a send: the run's last to peer (its end waits for that peer) */
+  int kind;   /* enum coll_kind of its task */
+};
+
+/* One unit of the launch: a collective, or a communicator's consecutive
+ * sends and receives (and all-to-all-v) as one point-to-point run. */
 struct crun {
   struct coll_task* t;
   struct loom_comm* comm;
@@ -255,6 +320,9 @@ struct crun {
   const void* scalar; /* PreMulSum's: the user's pointer, or the task's copy */
   int scalar_on_dev;  /* ... read by the device (device memory) */
   struct deadline dl;
+  int p2p;                /* a point-to-point run: items, no plan */
+  struct p2p_item* items; /* owned */
+  int nitems, cap;
 };
 
 struct cuda_launch {
@@ -276,20 +344,53 @@ static int task_dev(const struct coll_task* t) {
   return dev < 0 ? 0 : dev;
 }
 
+static int is_p2p(const struct coll_task* t) {
+  return t->kind == COLL_SEND || t->kind == COLL_RECV || t->kind == COLL_ALLTOALLV;
+}
+
+static loomResult_t item_add(struct crun* run, int send, int peer, const void* addr, size_t bytes,
+                             int kind) {
+  if (bytes == 0) return loomSuccess; /* as the API skips an empty send or receive */
+  if (run->nitems == run->cap) {
+    int cap = run->cap ? run->cap * 2 : 8;
+    struct p2p_item* n = realloc(run->items, (size_t)cap * sizeof *n);
+    if (!n) return err_set(run->comm, loomSystemError, "out of memory");
+    run->items = n;
+    run->cap = cap;
+  }
+  run->items[run->nitems++] = (struct p2p_item){
+      .send = send, .peer = peer, .addr = (void*)addr, .bytes = bytes, .kind = kind};
+  return loomSuccess;
+}
+
+/* Task t's sends and receives, added to run. All-to-all-v's go to peers in
+ * the order me+1, me+2, ... so that ranks start on different peers. */
+static loomResult_t items_of(struct crun* run, const struct coll_task* t) {
+  size_t es = dtype_size(t->dtype);
+  int k = t->kind;
+  if (k == COLL_SEND) return item_add(run, 1, t->root, t->sendbuff, t->count * es, k);
+  if (k == COLL_RECV) return item_add(run, 0, t->root, t->recvbuff, t->count * es, k);
+  int n = run->comm->nranks, me = run->comm->rank;
+  const size_t *sc = t->v, *sd = t->v + n, *rc = t->v + 2 * n, *rd = t->v + 3 * n;
+  for (int j = 0; j < n; j++) {
+    int to = (me + j) % n, from = (me - j + n) % n;
+    LOOM_CHECK(item_add(run, 1, to, (const char*)t->sendbuff + sd[to] * es, sc[to] * es, k));
+    LOOM_CHECK(item_add(run, 0, from, (char*)t->recvbuff + rd[from] * es, rc[from] * es, k));
+  }
+  return loomSuccess;
+}
+
 static loomResult_t run_prepare(struct crun* run) {
   struct coll_task* t = run->t;
   struct loom_comm* comm = run->comm;
-  if (t->kind == COLL_SEND || t->kind == COLL_RECV || t->kind == COLL_ALLTOALLV)
-    return err_set(comm, loomInvalidUsage,
-                   "%s on device buffers: not served yet (this build's CUDA executor runs the "
-                   "collectives whose plans every rank can build)",
-                   coll_kind_text(t->kind));
   if (cuda_stream_capturing(stream_cuda(t->stream)))
     return err_set(comm, loomInvalidUsage,
                    "%s: the CUDA stream is being captured into a graph, which this build's CUDA "
                    "executor cannot serve yet",
                    coll_kind_text(t->kind));
   LOOM_CHECK(cuda_comm_get(comm, task_dev(t), &run->cc));
+  run->stream = stream_cuda(t->stream);
+  if (run->p2p) return loomSuccess;
   LOOM_CHECK(algo_plan_cached(t, &run->plan));
   LOOM_CHECK(dag_get(t, run->plan));
   size_t es = dtype_size(t->dtype);
@@ -302,8 +403,26 @@ static loomResult_t run_prepare(struct crun* run) {
   run->redop = redop_is_premul(t->op) || t->op == loomAvg ? loomSum : t->op;
   run->scalar = t->scalar_ptr ? t->scalar_ptr : t->scalar;
   run->scalar_on_dev = t->scalar_ptr && mem_kind_of(t->scalar_ptr, NULL) == MEM_CUDA;
-  run->seq = ++run->cc->seq;
   return loomSuccess;
+}
+
+/* The run's numbers: its call's on the communicator, or its sends' and
+ * receives' per peer. Once every run of the launch is prepared (a launch
+ * that fails to prepare takes none), under the communicator's lock. */
+static void run_number(struct crun* run) {
+  struct cuda_comm* cc = run->cc;
+  if (!run->p2p) {
+    run->seq = ++cc->seq;
+    return;
+  }
+  for (int i = 0; i < run->nitems; i++) {
+    struct p2p_item* it = &run->items[i];
+    it->k = it->send ? cc->nsent[it->peer]++ : cc->ngot[it->peer]++;
+  }
+  for (int i = 0; i < run->nitems; i++) {
+    struct p2p_item* it = &run->items[i];
+    it->last = it->send && it->k + 1 == cc->nsent[it->peer];
+  }
 }
 
 static int ptr_order(const void* a, const void* b) {
@@ -314,26 +433,40 @@ static int ptr_order(const void* a, const void* b) {
 static loomResult_t cuda_prepare(struct exec_launch* l) {
   struct cuda_launch* h = l->state;
   h->runs = (struct crun*)(h + 1);
-  h->nruns = l->ntasks;
   struct loom_comm** comms = malloc((size_t)l->ntasks * sizeof *comms);
   if (!comms) return err_set(l->tasks[0].comm, loomSystemError, "out of memory");
   int nc = 0;
-  for (int i = 0; i < l->ntasks; i++) {
-    struct crun* run = &h->runs[i];
-    run->t = &l->tasks[i];
-    run->comm = run->t->comm;
-    run->prev = -1;
-    for (int j = i - 1; j >= 0 && run->prev < 0; j--)
-      if (h->runs[j].comm == run->comm) run->prev = j;
-    run->holds_turn = run->prev < 0;
+  loomResult_t res = loomSuccess;
+  h->nruns = 0;
+  for (int i = 0; i < l->ntasks && res == loomSuccess; i++) {
+    struct coll_task* t = &l->tasks[i];
+    int prev = -1;
+    for (int j = h->nruns - 1; j >= 0 && prev < 0; j--)
+      if (h->runs[j].comm == t->comm) prev = j;
+    /* A communicator's consecutive sends and receives make one run. */
+    if (prev >= 0 && h->runs[prev].p2p && t->kind != COLL_ALLTOALLV &&
+        h->runs[prev].t->kind != COLL_ALLTOALLV && is_p2p(t)) {
+      res = items_of(&h->runs[prev], t);
+      continue;
+    }
+    struct crun* run = &h->runs[h->nruns++];
+    run->t = t;
+    run->comm = t->comm;
+    run->prev = prev;
+    run->p2p = is_p2p(t);
+    run->holds_turn = prev < 0;
     if (run->holds_turn) comms[nc++] = run->comm;
+    if (run->p2p) res = items_of(run, t);
+  }
+  if (res != loomSuccess) {
+    free(comms);
+    return res;
   }
   /* Every communicator's lock, in address order (as the host executor
    * takes them), so that the turns of a launch are taken at one moment and
    * two launches over the same communicators take theirs in one order. */
   qsort(comms, (size_t)nc, sizeof *comms, ptr_order);
   for (int i = 0; i < nc; i++) pthread_mutex_lock(&comms[i]->coll->exec_lock);
-  loomResult_t res = loomSuccess;
   for (int i = 0; i < h->nruns && res == loomSuccess; i++) {
     struct crun* run = &h->runs[i];
     res = comm_health(run->comm);
@@ -345,6 +478,7 @@ static loomResult_t cuda_prepare(struct exec_launch* l) {
   for (int i = 0; i < h->nruns && res == loomSuccess; i++) {
     struct crun* run = &h->runs[i];
     struct coll_comm* cc = run->comm->coll;
+    run_number(run);
     if (!run->holds_turn) {
       run->turn = h->runs[run->prev].turn;
       continue;
@@ -378,7 +512,7 @@ static loomResult_t cuda_launch_start(struct exec_launch* l) {
 
 /* The step's reads of a peer: its address of the call's buffer. */
 static void* peer_addr(const struct crun* run, const struct dag_read* rd) {
-  const struct cuda_pub* p = &run->cc->cl->host[rd->peer];
+  const struct cuda_pub* p = pub_host(run->cc->cl, rd->peer);
   const __typeof__(p->slot[0])* s = &p->slot[run->seq % CUDA_SLOTS];
   return (char*)(uintptr_t)s->addr[rd->src.buf] + rd->src.off * dtype_size(run->dtype);
 }
@@ -386,7 +520,7 @@ static void* peer_addr(const struct crun* run, const struct dag_read* rd) {
 /* The peer has published this call's buffers (its every receive waits for
  * the peer to have started the call, which it does after publishing). */
 static loomResult_t slot_check(const struct crun* run, const struct dag_read* rd) {
-  const struct cuda_pub* p = &run->cc->cl->host[rd->peer];
+  const struct cuda_pub* p = pub_host(run->cc->cl, rd->peer);
   uint64_t seq = atomic_load_explicit(&p->slot[run->seq % CUDA_SLOTS].seq, memory_order_acquire);
   if (seq == run->seq) return loomSuccess;
   return err_set(run->comm, loomInternalError,
@@ -442,8 +576,110 @@ static loomResult_t step_queue(struct crun* run) {
 static loomResult_t mark(struct crun* run, uint32_t done) {
   struct clique* cl = run->cc->cl;
   uint64_t v = val(run->seq, done);
-  LOOM_CHECK(cuda_write_value(run->stream, &cl->dev[run->comm->rank].gpu_done, v));
-  atomic_store_explicit(&cl->host[run->comm->rank].queued, v, memory_order_release);
+  LOOM_CHECK(cuda_write_value(run->stream, &pub_dev(cl, run->comm->rank)->gpu_done, v));
+  atomic_store_explicit(&pub_host(cl, run->comm->rank)->queued, v, memory_order_release);
+  return loomSuccess;
+}
+
+/* The communicator's last call, on another stream, ends before this one
+ * starts. */
+static loomResult_t stream_join(struct crun* run) {
+  struct cuda_comm* cc = run->cc;
+  if (cc->any_stream && cc->last_stream != run->stream)
+    LOOM_CHECK(cuda_event_wait(run->stream, cc->join_ev));
+  cc->last_stream = run->stream;
+  cc->any_stream = 1;
+  return loomSuccess;
+}
+
+/* Queues a send's part once its earlier sends to the peer are queued and
+ * its descriptor is free (the peer has queued the receive that read it
+ * last): the descriptor, then the word saying the buffer is ready. */
+static loomResult_t send_try(struct crun* run, struct p2p_item* it) {
+  struct clique* cl = run->cc->cl;
+  int me = run->comm->rank;
+  struct p2p_pair* mine = pair_host(cl, me, it->peer);
+  const struct p2p_pair* theirs = pair_host(cl, it->peer, me);
+  if (atomic_load_explicit(&mine->sent_q, memory_order_relaxed) != it->k) return loomSuccess;
+  if (it->k >= P2P_DEPTH &&
+      atomic_load_explicit(&theirs->got_q, memory_order_acquire) < it->k + 1 - P2P_DEPTH)
+    return loomSuccess;
+  mine->desc[it->k % P2P_DEPTH].addr = (uint64_t)(uintptr_t)it->addr;
+  mine->desc[it->k % P2P_DEPTH].bytes = it->bytes;
+  LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cl, me, it->peer)->sent_gpu, it->k + 1));
+  atomic_store_explicit(&mine->sent_q, it->k + 1, memory_order_release);
+  it->queued = 1;
+  return loomSuccess;
+}
+
+/* Queues a receive once its earlier receives from the peer are queued and
+ * the peer has queued the send it matches: a wait for the sender's stream
+ * to reach the send, the copy, and the word saying it is done. */
+static loomResult_t recv_try(struct crun* run, struct p2p_item* it) {
+  struct clique* cl = run->cc->cl;
+  int me = run->comm->rank;
+  struct p2p_pair* mine = pair_host(cl, me, it->peer);
+  const struct p2p_pair* theirs = pair_host(cl, it->peer, me);
+  if (atomic_load_explicit(&mine->got_q, memory_order_relaxed) != it->k) return loomSuccess;
+  if (atomic_load_explicit(&theirs->sent_q, memory_order_acquire) < it->k + 1) return loomSuccess;
+  uint64_t addr = theirs->desc[it->k % P2P_DEPTH].addr;
+  uint64_t bytes = theirs->desc[it->k % P2P_DEPTH].bytes;
+  if (bytes != it->bytes) {
+    atomic_store_explicit(&mine->refused_bytes, it->bytes, memory_order_relaxed);
+    atomic_store_explicit(&mine->refused, it->k + 1, memory_order_release);
+    return err_set(run->comm, loomInvalidUsage,
+                   "%s on device buffers: rank %d sends %llu bytes where this rank's receive "
+                   "from it takes %zu (send number %llu from it to this rank)",
+                   coll_kind_text((enum coll_kind)it->kind), it->peer, (unsigned long long)bytes,
+                   it->bytes, (unsigned long long)it->k + 1);
+  }
+  if (it->peer != me)
+    LOOM_CHECK(cuda_wait_value(run->stream, &pair_dev(cl, it->peer, me)->sent_gpu, it->k + 1));
+  LOOM_CHECK(cuda_memcpy(it->addr, (void*)(uintptr_t)addr, it->bytes, run->stream));
+  LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cl, me, it->peer)->got_gpu, it->k + 1));
+  atomic_store_explicit(&mine->got_q, it->k + 1, memory_order_release);
+  it->queued = 1;
+  return loomSuccess;
+}
+
+/* A point-to-point run: every send and receive queued as the peers allow,
+ * then, per peer sent to, a wait for its receives to be done. */
+static loomResult_t p2p_advance(struct crun* run, int* moved) {
+  struct clique* cl = run->cc->cl;
+  int me = run->comm->rank;
+  if (run->phase == PH_P2P) {
+    int left = 0;
+    for (int i = 0; i < run->nitems; i++) {
+      struct p2p_item* it = &run->items[i];
+      if (it->queued) continue;
+      LOOM_CHECK(it->send ? send_try(run, it) : recv_try(run, it));
+      *moved |= it->queued;
+      left += !it->queued;
+    }
+    if (left) return loomSuccess;
+    run->phase = PH_P2P_END;
+    run->w = 0;
+  }
+  for (; run->w < (uint32_t)run->nitems; run->w++) {
+    const struct p2p_item* it = &run->items[run->w];
+    if (!it->last) continue;
+    const struct p2p_pair* theirs = pair_host(cl, it->peer, me);
+    uint64_t refused = atomic_load_explicit(&theirs->refused, memory_order_acquire);
+    if (refused && refused <= it->k + 1)
+      return err_set(run->comm, loomInvalidUsage,
+                     "%s on device buffers: rank %d refused send number %llu from this rank: "
+                     "its receive takes %llu bytes, a different size",
+                     coll_kind_text((enum coll_kind)it->kind), it->peer,
+                     (unsigned long long)refused,
+                     (unsigned long long)atomic_load(&theirs->refused_bytes));
+    if (atomic_load_explicit(&theirs->got_q, memory_order_acquire) < it->k + 1) return loomSuccess;
+    if (it->peer != me)
+      LOOM_CHECK(cuda_wait_value(run->stream, &pair_dev(cl, it->peer, me)->got_gpu, it->k + 1));
+    *moved = 1;
+  }
+  LOOM_CHECK(cuda_event_record(run->cc->join_ev, run->stream));
+  run->phase = PH_DONE;
+  *moved = 1;
   return loomSuccess;
 }
 
@@ -459,20 +695,22 @@ static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* mo
     run->phase = PH_SLOT;
     *moved = 1;
   }
+  if (run->phase == PH_SLOT && run->p2p) {
+    LOOM_CHECK(stream_join(run));
+    run->phase = PH_P2P;
+    *moved = 1;
+  }
+  if (run->phase == PH_P2P || run->phase == PH_P2P_END) return p2p_advance(run, moved);
   if (run->phase == PH_SLOT) {
     /* The slot's last call is queued by every peer. */
     uint64_t need = run->seq > CUDA_SLOTS - 1 ? val(run->seq - (CUDA_SLOTS - 1), 0) : 0;
     for (int p = 0; p < comm->nranks; p++)
-      if (atomic_load_explicit(&cl->host[p].queued, memory_order_acquire) < need)
+      if (atomic_load_explicit(&pub_host(cl, p)->queued, memory_order_acquire) < need)
         return loomSuccess;
-    __typeof__(cl->host[0].slot[0])* s = &cl->host[me].slot[run->seq % CUDA_SLOTS];
+    __typeof__(pub_host(cl, me)->slot[0])* s = &pub_host(cl, me)->slot[run->seq % CUDA_SLOTS];
     for (int b = 0; b < PB_COUNT; b++) s->addr[b] = (uint64_t)(uintptr_t)run->bufs[b];
     atomic_store_explicit(&s->seq, run->seq, memory_order_release);
-    struct cuda_comm* cc = run->cc;
-    if (cc->any_stream && cc->last_stream != run->stream)
-      LOOM_CHECK(cuda_event_wait(run->stream, cc->join_ev));
-    cc->last_stream = run->stream;
-    cc->any_stream = 1;
+    LOOM_CHECK(stream_join(run));
     LOOM_CHECK(mark(run, 0));
     run->phase = PH_STEPS;
     run->k = run->w = 0;
@@ -484,9 +722,9 @@ static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* mo
     for (; d->wait_begin[run->k] + run->w < d->wait_begin[run->k + 1]; run->w++) {
       const struct dag_wait* wt = &d->waits[d->wait_begin[run->k] + run->w];
       uint64_t v = val(run->seq, wt->after);
-      if (atomic_load_explicit(&cl->host[wt->peer].queued, memory_order_acquire) < v)
+      if (atomic_load_explicit(&pub_host(cl, wt->peer)->queued, memory_order_acquire) < v)
         return loomSuccess;
-      LOOM_CHECK(cuda_wait_value(run->stream, &cl->dev[wt->peer].gpu_done, v));
+      LOOM_CHECK(cuda_wait_value(run->stream, &pub_dev(cl, wt->peer)->gpu_done, v));
       *moved = 1;
     }
     if (run->k == d->nsteps) {
@@ -507,6 +745,30 @@ static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* mo
 /* Why run is stuck, for the timeout's message. */
 static void run_describe(const struct crun* run, char* buf, size_t len) {
   const struct dag_rank* d = run->plan ? run->plan->dag : NULL;
+  if (run->p2p) {
+    const struct p2p_item* it = run->items;
+    if (run->phase == PH_P2P_END) {
+      it += run->w;
+      snprintf(buf, len, "waiting for rank %d to queue its receive of send number %llu", it->peer,
+               (unsigned long long)it->k + 1);
+      return;
+    }
+    while (it < run->items + run->nitems && it->queued) it++;
+    if (it == run->items + run->nitems) {
+      snprintf(buf, len, "waiting for its turn");
+      return;
+    }
+    if (it->send)
+      snprintf(buf, len,
+               "send number %llu to rank %d, waiting for it to queue its receive of send "
+               "number %llu",
+               (unsigned long long)it->k + 1, it->peer,
+               (unsigned long long)(it->k + 1 > P2P_DEPTH ? it->k + 1 - P2P_DEPTH : 0));
+    else
+      snprintf(buf, len, "receive number %llu from rank %d, waiting for it to queue its send",
+               (unsigned long long)it->k + 1, it->peer);
+    return;
+  }
   if (run->phase == PH_SLOT || !d) {
     snprintf(buf, len, "waiting for every peer to have queued call %llu",
              (unsigned long long)(run->seq > CUDA_SLOTS - 1 ? run->seq - (CUDA_SLOTS - 1) : 0));
@@ -581,6 +843,7 @@ static void cuda_release(struct exec_launch* l) {
       comm_set_failed(run->comm, -1, l->result, "%s on device buffers failed: %s",
                       coll_kind_text(run->t->kind), err_thread_last());
     plan_obj_unref(run->plan);
+    free(run->items);
   }
   for (int i = 0; i < h->nruns; i++) {
     struct crun* run = &h->runs[i];

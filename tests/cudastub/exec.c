@@ -10,8 +10,14 @@
  * place; that a call returns once queued while the stream is held by
  * earlier work, and its result lands only after that work; calls of one
  * communicator on two streams; one thread per rank as well as one thread
- * driving every rank in a group; device sends and receives refused with a
- * reason. LOOM_ALGO (set by ctest per run) forces each family.
+ * driving every rank in a group. Sends and receives: a ring in one group,
+ * many messages of many sizes between every pair (self included) in one
+ * group, more than the executor's descriptors per pair; a pipeline of
+ * ungrouped calls by thread ranks forwarding one buffer; ranks making
+ * different numbers of point-to-point calls between collectives;
+ * all-to-all-v with uneven counts and zeros; a send and a receive of
+ * different sizes, an error on both ranks. LOOM_ALGO (set by ctest per
+ * run) forces each family.
  *   usage: exec PATH_OF_THE_STUB_LIBCUDA_SO_1 */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -391,12 +397,263 @@ static void threads(void) {
   for (int r = 0; r < nranks; r++) cu_mem_free((uintptr_t)a[r].d);
 }
 
-static void refusals(void) {
-  void* d = dev_alloc(64);
-  loomResult_t r = loomSend(d, 16, loomFloat32, 0, comms[0], streams[0]);
-  CHECK(r == loomInvalidUsage && strstr(loomGetLastError(NULL), "not served yet"),
-        "a device send is refused with a reason (got %d: %s)", r, loomGetLastError(NULL));
-  cu_mem_free((uintptr_t)d);
+/* Value of element i of message m from rank a to rank b. */
+static int32_t msg_val(int a, int b, int m, size_t i) {
+  return (int32_t)(a * 1000003 + b * 10007 + m * 101 + (int)i);
+}
+
+/* Each rank sends count elements to the next and receives from the one
+ * before, all in one group. */
+static void p2p_ring(size_t count) {
+  int32_t *s[MAXR], *d[MAXR];
+  for (int r = 0; r < nranks; r++) {
+    s[r] = dev_alloc(count * 4);
+    d[r] = dev_alloc(count * 4);
+    for (size_t i = 0; i < count; i++) s[r][i] = msg_val(r, (r + 1) % nranks, 0, i);
+    memset(d[r], 0xee, count * 4);
+  }
+  loomGroupStart();
+  for (int r = 0; r < nranks; r++) {
+    loomRecv(d[r], count, loomInt32, (r - 1 + nranks) % nranks, comms[r], streams[r]);
+    loomSend(s[r], count, loomInt32, (r + 1) % nranks, comms[r], streams[r]);
+  }
+  CHECK(loomGroupEnd() == loomSuccess, "ring of sends n=%zu: %s", count, loomGetLastError(NULL));
+  sync_all();
+  for (int r = 0; r < nranks; r++) {
+    int from = (r - 1 + nranks) % nranks, ok = 1;
+    for (size_t i = 0; i < count; i++) ok &= d[r][i] == msg_val(from, r, 0, i);
+    CHECK(ok, "ring of sends n=%zu at %d ranks: rank %d wrong", count, nranks, r);
+    cu_mem_free((uintptr_t)s[r]);
+    cu_mem_free((uintptr_t)d[r]);
+  }
+}
+
+/* NMSG messages from every rank to every rank (itself too) in one group,
+ * of sizes that differ per message, sends and receives in mixed orders. */
+#define NMSG 20
+static size_t msg_count(int a, int b, int m) {
+  return (size_t)(1 + (a * 13 + b * 7 + m * 29) % 300);
+}
+static void p2p_all_pairs(void) {
+  size_t total = 0;
+  for (int m = 0; m < NMSG; m++) total += 300;
+  int32_t *s[MAXR][MAXR], *d[MAXR][MAXR];
+  for (int a = 0; a < nranks; a++)
+    for (int b = 0; b < nranks; b++) {
+      s[a][b] = dev_alloc(total * 4);
+      d[a][b] = dev_alloc(total * 4);
+      memset(d[a][b], 0xee, total * 4);
+      for (int m = 0; m < NMSG; m++)
+        for (size_t i = 0; i < msg_count(a, b, m); i++) s[a][b][m * 300 + i] = msg_val(a, b, m, i);
+    }
+  loomGroupStart();
+  for (int r = 0; r < nranks; r++)
+    for (int m = 0; m < NMSG; m++)
+      for (int j = 0; j < nranks; j++) {
+        int to = (r + j) % nranks, from = (r - j + nranks) % nranks;
+        if ((r + m) % 2)
+          loomSend(s[r][to] + m * 300, msg_count(r, to, m), loomInt32, to, comms[r], streams[r]);
+        loomRecv(d[from][r] + m * 300, msg_count(from, r, m), loomInt32, from, comms[r],
+                 streams[r]);
+        if ((r + m) % 2 == 0)
+          loomSend(s[r][to] + m * 300, msg_count(r, to, m), loomInt32, to, comms[r], streams[r]);
+      }
+  CHECK(loomGroupEnd() == loomSuccess, "sends between all pairs: %s", loomGetLastError(NULL));
+  sync_all();
+  for (int a = 0; a < nranks; a++)
+    for (int b = 0; b < nranks; b++) {
+      int ok = 1;
+      for (int m = 0; m < NMSG; m++) {
+        size_t n = msg_count(a, b, m);
+        for (size_t i = 0; i < n; i++) ok &= d[a][b][m * 300 + i] == msg_val(a, b, m, i);
+        ok &= d[a][b][m * 300 + n] == (int32_t)0xeeeeeeee || n == 300;
+      }
+      CHECK(ok, "sends between all pairs at %d ranks: rank %d from rank %d wrong", nranks, b, a);
+      cu_mem_free((uintptr_t)s[a][b]);
+      cu_mem_free((uintptr_t)d[a][b]);
+    }
+}
+
+/* Thread ranks, ungrouped calls: rank 0 sends a buffer down the line
+ * ITERS times; each other rank receives into one buffer and forwards it
+ * from there, so a send must be read before the next receive lands. */
+#define ITERS 30
+struct pipe_arg {
+  int r;
+  int32_t* buf;
+  int32_t* last; /* the last rank's copies, ITERS * 333 */
+  loomResult_t res;
+};
+static void* pipe_main(void* p) {
+  struct pipe_arg* a = p;
+  loomComm_t c = comms[a->r];
+  loomStream_t st = streams[a->r];
+  for (int it = 0; it < ITERS && a->res == loomSuccess; it++) {
+    if (a->r == 0) {
+      for (int i = 0; i < 333; i++) a->buf[i] = msg_val(0, it, 0, (size_t)i);
+    } else {
+      a->res = loomRecv(a->buf, 333, loomInt32, a->r - 1, c, st);
+    }
+    if (a->res == loomSuccess && a->r + 1 < nranks)
+      a->res = loomSend(a->buf, 333, loomInt32, a->r + 1, c, st);
+    if (a->res == loomSuccess && a->r == 0) a->res = loomStreamSynchronize(st);
+    if (a->res == loomSuccess && a->r == nranks - 1 && a->r > 0) {
+      a->res = loomStreamSynchronize(st);
+      memcpy(a->last + it * 333, a->buf, 333 * 4);
+    }
+  }
+  if (a->res == loomSuccess) a->res = loomStreamSynchronize(st);
+  return NULL;
+}
+static void p2p_pipeline(void) {
+  if (nranks < 2) return;
+  pthread_t th[MAXR];
+  struct pipe_arg a[MAXR];
+  int32_t* last = malloc(ITERS * 333 * 4);
+  for (int r = 0; r < nranks; r++) {
+    a[r] = (struct pipe_arg){.r = r, .buf = dev_alloc(333 * 4), .last = last};
+    pthread_create(&th[r], NULL, pipe_main, &a[r]);
+  }
+  for (int r = 0; r < nranks; r++) pthread_join(th[r], NULL);
+  int ok = 1;
+  for (int r = 0; r < nranks; r++) {
+    CHECK(a[r].res == loomSuccess, "pipeline rank %d: %s", r, loomGetErrorString(a[r].res));
+    cu_mem_free((uintptr_t)a[r].buf);
+  }
+  for (int it = 0; it < ITERS; it++)
+    for (int i = 0; i < 333; i++) ok &= last[it * 333 + i] == msg_val(0, it, 0, (size_t)i);
+  CHECK(ok, "pipeline of sends at %d ranks: the last rank's copies are wrong", nranks);
+  free(last);
+}
+
+/* Rank 0 sends rank 1 three messages the others never see, then every
+ * rank all-reduces: point-to-point calls do not shift the collectives'
+ * numbering. */
+static void p2p_then_collective(void) {
+  if (nranks < 2) return;
+  float *x[MAXR], *m[3], *got[3];
+  for (int i = 0; i < 3; i++) {
+    m[i] = dev_alloc(100 * 4);
+    got[i] = dev_alloc(100 * 4);
+    for (int j = 0; j < 100; j++) m[i][j] = (float)(i * 100 + j);
+  }
+  for (int r = 0; r < nranks; r++) {
+    x[r] = dev_alloc(64 * 4);
+    for (int j = 0; j < 64; j++) x[r][j] = (float)(r + 1);
+  }
+  for (int i = 0; i < 3; i++) {
+    loomGroupStart();
+    loomSend(m[i], 100, loomFloat32, 1, comms[0], streams[0]);
+    loomRecv(got[i], 100, loomFloat32, 0, comms[1], streams[1]);
+    CHECK(loomGroupEnd() == loomSuccess, "send %d from 0 to 1: %s", i, loomGetLastError(NULL));
+  }
+  loomGroupStart();
+  for (int r = 0; r < nranks; r++)
+    loomAllReduce(x[r], x[r], 64, loomFloat32, loomSum, comms[r], streams[r]);
+  CHECK(loomGroupEnd() == loomSuccess, "all-reduce after sends: %s", loomGetLastError(NULL));
+  sync_all();
+  float sum = (float)(nranks * (nranks + 1) / 2);
+  for (int r = 0; r < nranks; r++) {
+    CHECK(x[r][0] == sum && x[r][63] == sum, "all-reduce after sends: rank %d has %g", r, x[r][0]);
+    cu_mem_free((uintptr_t)x[r]);
+  }
+  for (int i = 0; i < 3; i++) {
+    CHECK(memcmp(m[i], got[i], 400) == 0, "send %d from 0 to 1 wrong", i);
+    cu_mem_free((uintptr_t)m[i]);
+    cu_mem_free((uintptr_t)got[i]);
+  }
+}
+
+/* All-to-all-v: rank a sends rank b cnt(a, b) elements (0 for some pairs),
+ * packed in b's order on both sides. */
+static size_t a2av_count(int a, int b) {
+  return (a + 2 * b) % 5 == 0 ? 0 : (size_t)((a * 37 + b * 11) % 900 + 1);
+}
+static void alltoallv(void) {
+  size_t sc[MAXR][MAXR], sd[MAXR][MAXR], rc[MAXR][MAXR], rd[MAXR][MAXR], stot[MAXR], rtot[MAXR];
+  int32_t *s[MAXR], *d[MAXR];
+  for (int r = 0; r < nranks; r++) {
+    stot[r] = rtot[r] = 0;
+    for (int p = 0; p < nranks; p++) {
+      sc[r][p] = a2av_count(r, p);
+      sd[r][p] = stot[r];
+      stot[r] += sc[r][p];
+      rc[r][p] = a2av_count(p, r);
+      rd[r][p] = rtot[r];
+      rtot[r] += rc[r][p];
+    }
+    s[r] = dev_alloc(stot[r] * 4);
+    d[r] = dev_alloc(rtot[r] * 4);
+    memset(d[r], 0xee, rtot[r] * 4);
+    for (int p = 0; p < nranks; p++)
+      for (size_t i = 0; i < sc[r][p]; i++) s[r][sd[r][p] + i] = msg_val(r, p, 7, i);
+  }
+  loomGroupStart();
+  for (int r = 0; r < nranks; r++)
+    loomAlltoAllv(s[r], sc[r], sd[r], d[r], rc[r], rd[r], loomInt32, comms[r], streams[r]);
+  CHECK(loomGroupEnd() == loomSuccess, "all-to-all-v: %s", loomGetLastError(NULL));
+  sync_all();
+  for (int r = 0; r < nranks; r++) {
+    int ok = 1;
+    for (int p = 0; p < nranks; p++)
+      for (size_t i = 0; i < rc[r][p]; i++) ok &= d[r][rd[r][p] + i] == msg_val(p, r, 7, i);
+    CHECK(ok, "all-to-all-v at %d ranks: rank %d wrong", nranks, r);
+    cu_mem_free((uintptr_t)s[r]);
+    cu_mem_free((uintptr_t)d[r]);
+  }
+}
+
+/* A send of 16 elements meets a receive of 8: the receiver says so, and
+ * the sender hears that its send was refused; neither hangs. Thread ranks
+ * on two fresh communicators (these ones end failed). */
+struct mm_arg {
+  loomComm_t c;
+  void* stream;
+  loomStream_t ls;
+  float* buf;
+  loomResult_t res;
+  char msg[512];
+};
+static void* mm_main(void* p) {
+  struct mm_arg* a = p;
+  int me;
+  loomCommUserRank(a->c, &me);
+  a->res = me == 0 ? loomSend(a->buf, 16, loomFloat32, 1, a->c, a->ls)
+                   : loomRecv(a->buf, 8, loomFloat32, 0, a->c, a->ls);
+  snprintf(a->msg, sizeof a->msg, "%s", loomGetLastError(NULL));
+  return NULL;
+}
+static void p2p_mismatch(void) {
+  loomComm_t c[2];
+  int devs[2] = {0, 0};
+  if (loomCommInitAll(c, 2, devs) != loomSuccess) {
+    CHECK(0, "loomCommInitAll(2): %s", loomGetLastError(NULL));
+    return;
+  }
+  struct mm_arg a[2];
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++) {
+    memset(&a[r], 0, sizeof a[r]);
+    a[r].c = c[r];
+    cu_stream_create(&a[r].stream, 0);
+    loomStreamCreateFromCuda(&a[r].ls, a[r].stream);
+    a[r].buf = dev_alloc(64);
+    pthread_create(&th[r], NULL, mm_main, &a[r]);
+  }
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  CHECK(a[1].res == loomInvalidUsage && strstr(a[1].msg, "sends 64 bytes") &&
+            strstr(a[1].msg, "takes 32"),
+        "a receive smaller than its send is an error naming both sizes (got %d: %s)", a[1].res,
+        a[1].msg);
+  CHECK(a[0].res == loomInvalidUsage && strstr(a[0].msg, "refused"),
+        "the sender hears its send was refused (got %d: %s)", a[0].res, a[0].msg);
+  for (int r = 0; r < 2; r++) {
+    loomStreamSynchronize(a[r].ls);
+    loomStreamDestroy(a[r].ls);
+    loomCommDestroy(c[r]);
+    cu_stream_destroy(a[r].stream);
+    cu_mem_free((uintptr_t)a[r].buf);
+  }
 }
 
 static void at(int n) {
@@ -432,7 +689,12 @@ static void at(int n) {
   premul(1);
   ordering();
   threads();
-  refusals();
+  const size_t pcounts[] = {1, 1000, 70001};
+  for (int i = 0; i < 3; i++) p2p_ring(pcounts[i]);
+  p2p_all_pairs();
+  p2p_pipeline();
+  p2p_then_collective();
+  alltoallv();
   for (int i = 0; i < n; i++) {
     loomStreamDestroy(streams[i]);
     CHECK(loomCommDestroy(comms[i]) == loomSuccess, "loomCommDestroy: %s", loomGetLastError(NULL));
@@ -464,6 +726,7 @@ int main(int argc, char** argv) {
   loomStreamDestroy(probe);
   const int ns[] = {1, 2, 3, 4, 8};
   for (int i = 0; i < 5; i++) at(ns[i]);
+  p2p_mismatch();
   printf("%d checks, %d failed\n", checks, fails);
   return fails ? 1 : 0;
 }
