@@ -619,11 +619,16 @@ static void diagnose_comm(struct hang_rank** rr, int nranks, FILE* out) {
       break;
     }
     /* A rank without it that is still inside an earlier collective is behind, not at fault: the
-     * waits below say on whom. One that has left every collective skipped it or is elsewhere. */
+     * waits below say on whom. So is one whose communicator failed under it before it called
+     * this one, by a rank that left no record (a failed communicator refuses the call, so the
+     * record never shows it entered). One that has left every collective otherwise skipped it
+     * or is elsewhere. */
     int idle_missing = 0;
     for (int i = 0; i < npr; i++) {
       if (mark[pr[i]] != 0) continue;
-      if (pend[i] && !pend[i]->p2p && pend[i]->seq < s)
+      int fp = rr[pr[i]]->failed_peer;
+      if ((pend[i] && !pend[i]->p2p && pend[i]->seq < s) ||
+          (!pend[i] && fp >= 0 && fp < nranks && fp != pr[i] && !rr[fp]))
         mark[pr[i]] = 2;
       else
         idle_missing++;
