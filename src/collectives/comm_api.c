@@ -161,6 +161,7 @@ static void comm_teardown(struct loom_comm* comm, int clean) {
   memstat_log(comm, "before release");
   boot_fini(comm, clean);
   if (comm->coll) reg_comm_fini(comm); /* deregistered while the transports are up */
+  exec_cuda_comm_fini(comm);           /* its stream done before the device areas go */
   tp_comm_fini(comm);
   coll_comm_fini(comm);
   comm_free(comm);
@@ -247,14 +248,25 @@ loomResult_t coll_init_rank(loomComm_t* out, int nranks, const struct boot_id* i
   return loomInProgress;
 }
 
+/* A loomUniqueId is bytes: the caller may keep it at any address (a field
+ * at offset 4, a packed message), so it is copied to an aligned boot_id, never
+ * read through a cast. */
+static struct boot_id id_of(const loomUniqueId* u) {
+  struct boot_id id;
+  _Static_assert(sizeof(id) == sizeof(u->internal), "boot_id must fill the id");
+  memcpy(&id, u->internal, sizeof(id));
+  return id;
+}
+
 loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId commId, int rank,
                                     loomConfig_t* config) {
-  return coll_init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, config, NULL,
-                        -1);
+  struct boot_id id = id_of(&commId);
+  return coll_init_rank(comm, nranks, &id, rank, config, NULL, -1);
 }
 
 loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId commId, int rank) {
-  return coll_init_rank(comm, nranks, (const struct boot_id*)commId.internal, rank, NULL, NULL, -1);
+  struct boot_id id = id_of(&commId);
+  return coll_init_rank(comm, nranks, &id, rank, NULL, NULL, -1);
 }
 
 loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
@@ -262,7 +274,11 @@ loomResult_t loomGetUniqueId(loomUniqueId* uniqueId) {
   _Static_assert(sizeof(struct boot_id) == LOOM_UNIQUE_ID_BYTES, "boot_id must fill the id");
   memset(uniqueId, 0, sizeof(*uniqueId));
   LOOM_CHECK(coll_settings_check());
-  return boot_id_create((struct boot_id*)uniqueId->internal);
+  struct boot_id id;
+  memset(&id, 0, sizeof(id));
+  LOOM_CHECK(boot_id_create(&id));
+  memcpy(uniqueId->internal, &id, sizeof(id)); /* any alignment: see id_of */
+  return loomSuccess;
 }
 
 loomResult_t coll_comm_settled(struct loom_comm* comm) {
@@ -575,6 +591,7 @@ loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
   }
   loomUniqueId uid;
   LOOM_CHECK(loomGetUniqueId(&uid));
+  struct boot_id uid_id = id_of(&uid);
   struct all_job* jobs = calloc((size_t)ndev, sizeof(*jobs));
   pthread_t* th = calloc((size_t)ndev, sizeof(*th));
   if (!jobs || !th) {
@@ -584,9 +601,8 @@ loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
   }
   int started = 0;
   for (int i = 0; i < ndev; i++) {
-    jobs[i] = (struct all_job){&comms[i], (const struct boot_id*)uid.internal, ndev,
-                               i,         devlist ? devlist[i] : -1,           loomSuccess,
-                               ""};
+    jobs[i] =
+        (struct all_job){&comms[i], &uid_id, ndev, i, devlist ? devlist[i] : -1, loomSuccess, ""};
     comms[i] = NULL;
     if (pthread_create(&th[i], NULL, all_thread, &jobs[i]) != 0) break;
     started++;

@@ -52,139 +52,164 @@
 #include "core/checks.h"
 #include "core/dtype.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "transport/devarea.h"
 #include "transport/transport.h"
 
-#define CUDA_SLOTS 4
+#define CUDA_SLOTS DEV_SLOTS
+#define P2P_DEPTH DEV_P2P_DEPTH
 #define STEPS_MAX ((1u << 24) - 2)
+_Static_assert(PB_COUNT == DEV_SLOT_BUFS, "a slot holds each buffer of plan.h");
+_Static_assert(CUDA_IPC_BYTES == DEV_IPC_BYTES, "an IPC handle fits a dev_buf");
 static inline uint64_t val(uint64_t seq, uint32_t done) {
   return (seq << 24) | done;
 }
 
-/* One rank's words and slots, in pinned host memory mapped for the device;
- * nranks struct p2p_pair follow it. */
-struct cuda_pub {
-  _Alignas(64) uint64_t gpu_done;       /* written by the rank's stream */
-  _Alignas(64) _Atomic uint64_t queued; /* the last value whose write is queued */
-  struct {
-    _Atomic uint64_t seq;
-    uint64_t addr[PB_COUNT];
-  } slot[CUDA_SLOTS];
-};
-
-/* One rank's side of its sends to and receives from one peer (counts since
- * the communicator began). */
-#define P2P_DEPTH 8
-struct p2p_pair {
-  _Alignas(64) uint64_t sent_gpu;       /* sends whose buffer is ready: by the stream */
-  uint64_t got_gpu;                     /* receives done: by the stream */
-  _Alignas(64) _Atomic uint64_t sent_q; /* sends queued (their descriptors published) */
-  _Atomic uint64_t got_q;               /* receives queued */
-  _Atomic uint64_t refused;             /* k + 1: this rank refused the peer's send k */
-  _Atomic uint64_t refused_bytes;       /* ... whose size differs from the receive's */
-  struct {
-    uint64_t addr, bytes;
-  } desc[P2P_DEPTH]; /* send k's buffer in desc[k % P2P_DEPTH] */
-};
-
-/* The ranks of one communicator in this process: their pubs, found by the
- * communicator's hash, freed when the last of them is destroyed (each has
- * waited for its last call to end on the device by then, so no device wait
- * reads them). */
-struct clique {
-  uint64_t hash;
-  int refs;
-  size_t stride;       /* bytes of one rank's pub and pairs */
-  unsigned char* host; /* nranks of them */
-  unsigned char* dev;  /* the same, device addresses */
-  struct clique* next;
-};
-
-static inline struct cuda_pub* pub_host(const struct clique* c, int r) {
-  return (struct cuda_pub*)(c->host + (size_t)r * c->stride);
-}
-static inline struct cuda_pub* pub_dev(const struct clique* c, int r) {
-  return (struct cuda_pub*)(c->dev + (size_t)r * c->stride);
-}
-/* Rank r's pair towards peer, on the host or as the device sees it. */
-static inline struct p2p_pair* pair_host(const struct clique* c, int r, int peer) {
-  return (struct p2p_pair*)(pub_host(c, r) + 1) + peer;
-}
-static inline struct p2p_pair* pair_dev(const struct clique* c, int r, int peer) {
-  return (struct p2p_pair*)(pub_dev(c, r) + 1) + peer;
-}
-static struct clique* cliques;
-static pthread_mutex_t clique_lock = PTHREAD_MUTEX_INITIALIZER;
-
 /* A communicator's state (coll_comm's cuda). */
 struct cuda_comm {
   int dev;
-  struct clique* cl;
-  uint64_t seq;      /* calls prepared, under exec_lock */
-  void* last_stream; /* the stream of the last call queued */
-  int any_stream;    /* last_stream is set */
-  void* join_ev;     /* recorded at the end of every call: joins a new stream to it */
-  void* scratch;     /* device memory */
+  struct loom_comm* comm;
+  struct dev_pub** area;     /* [nranks]: each rank's device area, as this rank maps it */
+  struct dev_pub** area_dev; /* ... the same, registered: as the device sees it */
+  int* local;                /* [nranks]: index among the host's ranks */
+  int other_procs;           /* a peer is in another process: buffers are exported */
+  uint64_t seq;              /* calls prepared, under exec_lock */
+  void* last_stream;         /* the stream of the last call queued */
+  int any_stream;            /* last_stream is set */
+  void* join_ev;             /* recorded at the end of every call: joins a new stream to it */
+  void* scratch;             /* device memory */
   size_t scratch_bytes;
   void** old_scratch; /* outgrown, freed at the end */
   int nold;
   uint64_t* nsent; /* per peer: sends prepared, under exec_lock */
   uint64_t* ngot;  /* ... receives */
+  /* This rank's allocations exported to peers in other processes (the last
+   * EXPORTS of them, in turn). */
+#define EXPORTS 32
+  struct {
+    uint64_t base, id;
+    unsigned char ipc[DEV_IPC_BYTES];
+  } ex[EXPORTS];
+  int nex, ex_next;
 };
+
+static inline struct dev_pub* pub_host(const struct cuda_comm* cc, int r) {
+  return cc->area[r];
+}
+static inline struct dev_pub* pub_dev(const struct cuda_comm* cc, int r) {
+  return cc->area_dev[r];
+}
+/* Rank r's pair towards peer, on the host or as the device sees it. */
+static inline struct dev_pair* pair_host(const struct cuda_comm* cc, int r, int peer) {
+  return dev_area_pair(cc->area[r], cc->local[peer]);
+}
+static inline struct dev_pair* pair_dev(const struct cuda_comm* cc, int r, int peer) {
+  return dev_area_pair(cc->area_dev[r], cc->local[peer]);
+}
+
+/* ---- Peers' buffers in other processes ---- */
+
+/* The allocations of peers in other processes that this process opened,
+ * shared by its communicators: each is opened once, closed when the peer's
+ * process shows another allocation at its address (the old one was freed)
+ * or when the last communicator that may read them ends. */
+struct import {
+  uint64_t token; /* the owner's process */
+  uint64_t base, id;
+  void* map;
+};
+static struct import* imports;
+static int nimports, import_users;
+static pthread_mutex_t import_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void imports_leave(void) {
+  pthread_mutex_lock(&import_lock);
+  if (--import_users == 0) {
+    for (int i = 0; i < nimports; i++) cuda_ipc_close(imports[i].map);
+    free(imports);
+    imports = NULL;
+    nimports = 0;
+  }
+  pthread_mutex_unlock(&import_lock);
+}
+
+/* Where this process reads b, a buffer of rank peer. */
+static loomResult_t buf_open(const struct cuda_comm* cc, int peer, const struct dev_buf* b,
+                             void** out) {
+  const struct peer_info* pi = &cc->comm->peers[peer];
+  if (pi->process_token == cc->comm->peers[cc->comm->rank].process_token || !b->va) {
+    *out = (void*)(uintptr_t)b->va;
+    return loomSuccess;
+  }
+  if (!b->id)
+    return err_set(cc->comm, loomInternalError, "rank %d published a buffer without its handle",
+                   peer);
+  loomResult_t r = loomSuccess;
+  pthread_mutex_lock(&import_lock);
+  struct import* hit = NULL;
+  for (int i = 0; i < nimports && !hit; i++)
+    if (imports[i].token == pi->process_token && imports[i].base == b->base) hit = &imports[i];
+  if (hit && hit->id != b->id) { /* freed and made again there */
+    cuda_ipc_close(hit->map);
+    *hit = imports[--nimports];
+    hit = NULL;
+  }
+  if (!hit) {
+    void* map = NULL;
+    struct import* grown = realloc(imports, (size_t)(nimports + 1) * sizeof *grown);
+    if (!grown) r = err_set(cc->comm, loomSystemError, "out of memory");
+    if (r == loomSuccess) imports = grown;
+    if (r == loomSuccess) r = cuda_ipc_open(b->ipc, &map);
+    if (r == loomSuccess) {
+      hit = &imports[nimports++];
+      *hit = (struct import){pi->process_token, b->base, b->id, map};
+    } else {
+      err_set(cc->comm, r, "rank %d's buffer at %#llx: %s", peer, (unsigned long long)b->va,
+              err_thread_last());
+    }
+  }
+  if (hit) *out = (char*)hit->map + (b->va - b->base);
+  pthread_mutex_unlock(&import_lock);
+  return r;
+}
+
+/* b describes p for the peers: its address, and where a peer is in another
+ * process, its allocation's handle (made once per allocation). */
+static loomResult_t buf_describe(struct cuda_comm* cc, const void* p, struct dev_buf* b) {
+  b->va = (uint64_t)(uintptr_t)p;
+  b->base = b->id = 0;
+  if (!cc->other_procs || !p) return loomSuccess;
+  LOOM_CHECK(cuda_alloc_of(p, &b->base, &b->id));
+  for (int i = 0; i < cc->nex; i++)
+    if (cc->ex[i].id == b->id && cc->ex[i].base == b->base) {
+      memcpy(b->ipc, cc->ex[i].ipc, sizeof b->ipc);
+      return loomSuccess;
+    }
+  LOOM_CHECK(cuda_ipc_export(b->base, b->ipc));
+  int at = cc->nex < EXPORTS ? cc->nex++ : cc->ex_next++ % EXPORTS;
+  cc->ex[at].base = b->base;
+  cc->ex[at].id = b->id;
+  memcpy(cc->ex[at].ipc, b->ipc, sizeof b->ipc);
+  return loomSuccess;
+}
 
 /* ---- The communicator's state ---- */
 
-static loomResult_t clique_join(struct loom_comm* comm, struct clique** out) {
-  loomResult_t res = loomSuccess;
-  pthread_mutex_lock(&clique_lock);
-  struct clique* c = cliques;
-  while (c && c->hash != comm->comm_hash) c = c->next;
-  if (!c) {
-    c = calloc(1, sizeof *c);
-    void *h = NULL, *d = NULL;
-    size_t stride = sizeof(struct cuda_pub) + (size_t)comm->nranks * sizeof(struct p2p_pair);
-    if (!c) {
-      res = err_set(comm, loomSystemError, "out of memory");
-    } else if ((res = cuda_host_alloc(&h, &d, (size_t)comm->nranks * stride)) != loomSuccess) {
-      free(c);
-    } else {
-      c->stride = stride;
-      c->hash = comm->comm_hash;
-      c->host = h;
-      c->dev = d;
-      c->next = cliques;
-      cliques = c;
-    }
-  }
-  if (res == loomSuccess) {
-    c->refs++;
-    *out = c;
-  }
-  pthread_mutex_unlock(&clique_lock);
-  return res;
-}
-
-static void clique_leave(struct clique* c) {
-  pthread_mutex_lock(&clique_lock);
-  if (--c->refs == 0) {
-    struct clique** pp = &cliques;
-    while (*pp != c) pp = &(*pp)->next;
-    *pp = c->next;
-    cuda_host_free(c->host);
-    free(c);
-  }
-  pthread_mutex_unlock(&clique_lock);
-}
-
-/* Every peer a thread of this process, or why not. */
+/* Every peer on this host (device buffers between hosts go through the
+ * network transports, which this executor does not drive yet), or why not. */
 static loomResult_t peers_here(struct loom_comm* comm) {
   for (int r = 0; r < comm->nranks; r++)
-    if (comm->peers[r].process_token != comm->peers[comm->rank].process_token)
+    if (!tp_dev_area(comm, r))
       return err_set(comm, loomInvalidUsage,
-                     "collectives on device buffers: rank %d is in another process; this build "
-                     "serves CUDA ranks that are threads of one process (the CUDA IPC transport "
-                     "is not built yet)",
+                     "collectives on device buffers: rank %d is on another host; this build "
+                     "serves CUDA ranks of one host (device buffers between hosts need the "
+                     "network transports' staging, not built yet)",
                      r);
   return loomSuccess;
+}
+
+static void areas_release(struct cuda_comm* cc, int n) {
+  for (int r = 0; r < n; r++)
+    if (cc->area_dev[r]) cuda_host_unregister(cc->area[r]);
 }
 
 /* Under exec_lock, in the device's context. */
@@ -194,18 +219,41 @@ static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_c
     return loomSuccess;
   }
   LOOM_CHECK(peers_here(comm));
+  int n = comm->nranks;
   struct cuda_comm* cc = calloc(1, sizeof *cc);
   if (!cc) return err_set(comm, loomSystemError, "out of memory");
   cc->dev = dev;
-  cc->nsent = calloc((size_t)comm->nranks, sizeof *cc->nsent);
-  cc->ngot = calloc((size_t)comm->nranks, sizeof *cc->ngot);
-  loomResult_t r = cc->nsent && cc->ngot ? cuda_event_create(&cc->join_ev)
-                                         : err_set(comm, loomSystemError, "out of memory");
-  if (r == loomSuccess) r = clique_join(comm, &cc->cl);
+  cc->comm = comm;
+  cc->nsent = calloc((size_t)n, sizeof *cc->nsent);
+  cc->ngot = calloc((size_t)n, sizeof *cc->ngot);
+  cc->area = calloc((size_t)n, sizeof *cc->area);
+  cc->area_dev = calloc((size_t)n, sizeof *cc->area_dev);
+  cc->local = calloc((size_t)n, sizeof *cc->local);
+  loomResult_t r = cc->nsent && cc->ngot && cc->area && cc->area_dev && cc->local
+                       ? cuda_event_create(&cc->join_ev)
+                       : err_set(comm, loomSystemError, "out of memory");
+  /* Each rank's area, registered through this rank's mapping of it. */
+  for (int p = 0; p < n && r == loomSuccess; p++) {
+    cc->area[p] = tp_dev_area(comm, p);
+    cc->local[p] = tp_local_index(comm, p);
+    cc->other_procs |= comm->peers[p].process_token != comm->peers[comm->rank].process_token;
+    void* d = NULL;
+    r = cuda_host_register(cc->area[p], tp_dev_area_bytes(comm), &d);
+    cc->area_dev[p] = d;
+  }
+  if (r == loomSuccess && cc->other_procs) {
+    pthread_mutex_lock(&import_lock);
+    import_users++;
+    pthread_mutex_unlock(&import_lock);
+  }
   if (r != loomSuccess) {
+    if (cc->area_dev) areas_release(cc, n);
     if (cc->join_ev) cuda_event_destroy(cc->join_ev);
     free(cc->nsent);
     free(cc->ngot);
+    free(cc->area);
+    free(cc->area_dev);
+    free(cc->local);
     free(cc);
     return r;
   }
@@ -219,17 +267,21 @@ void exec_cuda_comm_fini(struct loom_comm* comm) {
   if (!cc) return;
   if (cuda_ctx_enter(cc->dev) == loomSuccess) {
     /* Nothing of this rank runs on the device after this: its buffers and
-     * words may go. */
+     * its mappings of the areas may go. */
     if (cc->any_stream) cuda_event_sync(cc->join_ev);
     cuda_dev_free(cc->scratch);
     for (int i = 0; i < cc->nold; i++) cuda_dev_free(cc->old_scratch[i]);
     cuda_event_destroy(cc->join_ev);
+    areas_release(cc, comm->nranks);
     cuda_ctx_leave();
   }
+  if (cc->other_procs) imports_leave();
   free(cc->old_scratch);
   free(cc->nsent);
   free(cc->ngot);
-  clique_leave(cc->cl);
+  free(cc->area);
+  free(cc->area_dev);
+  free(cc->local);
   free(cc);
   comm->coll->cuda = NULL;
 }
@@ -510,23 +562,23 @@ static loomResult_t cuda_launch_start(struct exec_launch* l) {
   return loomSuccess;
 }
 
-/* The step's reads of a peer: its address of the call's buffer. */
-static void* peer_addr(const struct crun* run, const struct dag_read* rd) {
-  const struct cuda_pub* p = pub_host(run->cc->cl, rd->peer);
+/* Where the step reads a peer's buffer, once the peer has published this
+ * call's buffers (its every receive waits for the peer to have started the
+ * call, which it does after publishing). */
+static loomResult_t peer_src(const struct crun* run, const struct dag_read* rd, void** out) {
+  const struct dev_pub* p = pub_host(run->cc, rd->peer);
   const __typeof__(p->slot[0])* s = &p->slot[run->seq % CUDA_SLOTS];
-  return (char*)(uintptr_t)s->addr[rd->src.buf] + rd->src.off * dtype_size(run->dtype);
-}
-
-/* The peer has published this call's buffers (its every receive waits for
- * the peer to have started the call, which it does after publishing). */
-static loomResult_t slot_check(const struct crun* run, const struct dag_read* rd) {
-  const struct cuda_pub* p = pub_host(run->cc->cl, rd->peer);
-  uint64_t seq = atomic_load_explicit(&p->slot[run->seq % CUDA_SLOTS].seq, memory_order_acquire);
-  if (seq == run->seq) return loomSuccess;
-  return err_set(run->comm, loomInternalError,
-                 "rank %d reads rank %d's buffers of call %llu, which has published call %llu "
-                 "there",
-                 run->comm->rank, rd->peer, (unsigned long long)run->seq, (unsigned long long)seq);
+  uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+  if (seq != run->seq)
+    return err_set(run->comm, loomInternalError,
+                   "rank %d reads rank %d's buffers of call %llu, which has published call %llu "
+                   "there",
+                   run->comm->rank, rd->peer, (unsigned long long)run->seq,
+                   (unsigned long long)seq);
+  void* base;
+  LOOM_CHECK(buf_open(run->cc, rd->peer, &s->buf[rd->src.buf], &base));
+  *out = (char*)base + rd->src.off * dtype_size(run->dtype);
+  return loomSuccess;
 }
 
 /* Queues step k's ops. */
@@ -538,18 +590,18 @@ static loomResult_t step_queue(struct crun* run) {
     const struct plan_op* op = &p->ops[i];
     void* dst = (char*)run->bufs[op->dst.buf] + op->dst.off * es;
     const void* src = (char*)run->bufs[op->src.buf] + op->src.off * es;
+    void* from;
     size_t n = op->count;
     switch (op->kind) {
       case OP_SEND:
         break; /* the receiver reads */
       case OP_RECV:
-        LOOM_CHECK(slot_check(run, &run->plan->dag->read[i]));
-        LOOM_CHECK(cuda_memcpy(dst, peer_addr(run, &run->plan->dag->read[i]), n * es, run->stream));
+        LOOM_CHECK(peer_src(run, &run->plan->dag->read[i], &from));
+        LOOM_CHECK(cuda_memcpy(dst, from, n * es, run->stream));
         break;
       case OP_RECV_REDUCE:
-        LOOM_CHECK(slot_check(run, &run->plan->dag->read[i]));
-        LOOM_CHECK(cuda_reduce(run->dtype, run->redop, dst, src,
-                               peer_addr(run, &run->plan->dag->read[i]), n, run->stream));
+        LOOM_CHECK(peer_src(run, &run->plan->dag->read[i], &from));
+        LOOM_CHECK(cuda_reduce(run->dtype, run->redop, dst, src, from, n, run->stream));
         break;
       case OP_COPY:
         LOOM_CHECK(cuda_memcpy(dst, src, n * es, run->stream));
@@ -574,10 +626,9 @@ static loomResult_t step_queue(struct crun* run) {
 
 /* Says on the device and to the peers that this rank has done `done` steps. */
 static loomResult_t mark(struct crun* run, uint32_t done) {
-  struct clique* cl = run->cc->cl;
   uint64_t v = val(run->seq, done);
-  LOOM_CHECK(cuda_write_value(run->stream, &pub_dev(cl, run->comm->rank)->gpu_done, v));
-  atomic_store_explicit(&pub_host(cl, run->comm->rank)->queued, v, memory_order_release);
+  LOOM_CHECK(cuda_write_value(run->stream, &pub_dev(run->cc, run->comm->rank)->gpu_done, v));
+  atomic_store_explicit(&pub_host(run->cc, run->comm->rank)->queued, v, memory_order_release);
   return loomSuccess;
 }
 
@@ -596,15 +647,15 @@ static loomResult_t stream_join(struct crun* run) {
  * its descriptor is free (the peer has queued the receive that read it
  * last): the descriptor, then the word saying the buffer is ready. */
 static loomResult_t send_try(struct crun* run, struct p2p_item* it) {
-  struct clique* cl = run->cc->cl;
+  struct cuda_comm* cl = run->cc;
   int me = run->comm->rank;
-  struct p2p_pair* mine = pair_host(cl, me, it->peer);
-  const struct p2p_pair* theirs = pair_host(cl, it->peer, me);
+  struct dev_pair* mine = pair_host(cl, me, it->peer);
+  const struct dev_pair* theirs = pair_host(cl, it->peer, me);
   if (atomic_load_explicit(&mine->sent_q, memory_order_relaxed) != it->k) return loomSuccess;
   if (it->k >= P2P_DEPTH &&
       atomic_load_explicit(&theirs->got_q, memory_order_acquire) < it->k + 1 - P2P_DEPTH)
     return loomSuccess;
-  mine->desc[it->k % P2P_DEPTH].addr = (uint64_t)(uintptr_t)it->addr;
+  LOOM_CHECK(buf_describe(cl, it->addr, &mine->desc[it->k % P2P_DEPTH].buf));
   mine->desc[it->k % P2P_DEPTH].bytes = it->bytes;
   LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cl, me, it->peer)->sent_gpu, it->k + 1));
   atomic_store_explicit(&mine->sent_q, it->k + 1, memory_order_release);
@@ -616,13 +667,13 @@ static loomResult_t send_try(struct crun* run, struct p2p_item* it) {
  * the peer has queued the send it matches: a wait for the sender's stream
  * to reach the send, the copy, and the word saying it is done. */
 static loomResult_t recv_try(struct crun* run, struct p2p_item* it) {
-  struct clique* cl = run->cc->cl;
+  struct cuda_comm* cl = run->cc;
   int me = run->comm->rank;
-  struct p2p_pair* mine = pair_host(cl, me, it->peer);
-  const struct p2p_pair* theirs = pair_host(cl, it->peer, me);
+  struct dev_pair* mine = pair_host(cl, me, it->peer);
+  const struct dev_pair* theirs = pair_host(cl, it->peer, me);
   if (atomic_load_explicit(&mine->got_q, memory_order_relaxed) != it->k) return loomSuccess;
   if (atomic_load_explicit(&theirs->sent_q, memory_order_acquire) < it->k + 1) return loomSuccess;
-  uint64_t addr = theirs->desc[it->k % P2P_DEPTH].addr;
+  const struct dev_buf* buf = &theirs->desc[it->k % P2P_DEPTH].buf;
   uint64_t bytes = theirs->desc[it->k % P2P_DEPTH].bytes;
   if (bytes != it->bytes) {
     atomic_store_explicit(&mine->refused_bytes, it->bytes, memory_order_relaxed);
@@ -635,7 +686,9 @@ static loomResult_t recv_try(struct crun* run, struct p2p_item* it) {
   }
   if (it->peer != me)
     LOOM_CHECK(cuda_wait_value(run->stream, &pair_dev(cl, it->peer, me)->sent_gpu, it->k + 1));
-  LOOM_CHECK(cuda_memcpy(it->addr, (void*)(uintptr_t)addr, it->bytes, run->stream));
+  void* from;
+  LOOM_CHECK(buf_open(cl, it->peer, buf, &from));
+  LOOM_CHECK(cuda_memcpy(it->addr, from, it->bytes, run->stream));
   LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cl, me, it->peer)->got_gpu, it->k + 1));
   atomic_store_explicit(&mine->got_q, it->k + 1, memory_order_release);
   it->queued = 1;
@@ -645,7 +698,7 @@ static loomResult_t recv_try(struct crun* run, struct p2p_item* it) {
 /* A point-to-point run: every send and receive queued as the peers allow,
  * then, per peer sent to, a wait for its receives to be done. */
 static loomResult_t p2p_advance(struct crun* run, int* moved) {
-  struct clique* cl = run->cc->cl;
+  struct cuda_comm* cl = run->cc;
   int me = run->comm->rank;
   if (run->phase == PH_P2P) {
     int left = 0;
@@ -663,7 +716,7 @@ static loomResult_t p2p_advance(struct crun* run, int* moved) {
   for (; run->w < (uint32_t)run->nitems; run->w++) {
     const struct p2p_item* it = &run->items[run->w];
     if (!it->last) continue;
-    const struct p2p_pair* theirs = pair_host(cl, it->peer, me);
+    const struct dev_pair* theirs = pair_host(cl, it->peer, me);
     uint64_t refused = atomic_load_explicit(&theirs->refused, memory_order_acquire);
     if (refused && refused <= it->k + 1)
       return err_set(run->comm, loomInvalidUsage,
@@ -686,7 +739,7 @@ static loomResult_t p2p_advance(struct crun* run, int* moved) {
 /* Advances run as far as the peers allow; *moved when it queued anything. */
 static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* moved) {
   struct loom_comm* comm = run->comm;
-  struct clique* cl = run->cc ? run->cc->cl : NULL;
+  struct cuda_comm* cl = run->cc;
   int me = comm->rank;
   if (run->phase == PH_TURN) {
     /* The communicator's tasks of the launch run one after another. */
@@ -708,7 +761,7 @@ static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* mo
       if (atomic_load_explicit(&pub_host(cl, p)->queued, memory_order_acquire) < need)
         return loomSuccess;
     __typeof__(pub_host(cl, me)->slot[0])* s = &pub_host(cl, me)->slot[run->seq % CUDA_SLOTS];
-    for (int b = 0; b < PB_COUNT; b++) s->addr[b] = (uint64_t)(uintptr_t)run->bufs[b];
+    for (int b = 0; b < PB_COUNT; b++) LOOM_CHECK(buf_describe(cl, run->bufs[b], &s->buf[b]));
     atomic_store_explicit(&s->seq, run->seq, memory_order_release);
     LOOM_CHECK(stream_join(run));
     LOOM_CHECK(mark(run, 0));

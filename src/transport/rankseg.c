@@ -10,6 +10,7 @@
 #include "core/bootstrap.h"
 #include "core/checks.h"
 #include "core/params.h"
+#include "transport/devarea.h"
 
 static int same_host(const struct loom_comm* comm, int peer) {
   return comm->peers[peer].host_id == comm->peers[comm->rank].host_id;
@@ -158,10 +159,15 @@ loomResult_t rankseg_init(struct loom_comm* comm, struct rank_segs* rs, const st
   memset(rs, 0, sizeof(*rs));
   rs->self_file.fd = -1;
   size_t table = (size_t)LANE_COUNT * (size_t)n * sizeof(int32_t);
-  rs->bytes = LOOM_ALIGN_UP(sizeof(struct rank_seg) + table, (size_t)4096);
   rs->peer = calloc((size_t)n, sizeof(*rs->peer));
-  if (!rs->peer) return err_set(comm, loomSystemError, "out of memory");
-  for (int p = 0; p < n; p++) rs->same_host += same_host(comm, p);
+  rs->local = malloc((size_t)n * sizeof(*rs->local));
+  if (!rs->peer || !rs->local) return err_set(comm, loomSystemError, "out of memory");
+  for (int p = 0; p < n; p++) {
+    rs->local[p] = same_host(comm, p) ? rs->same_host : -1;
+    rs->same_host += same_host(comm, p);
+  }
+  rs->dev_off = LOOM_ALIGN_UP(sizeof(struct rank_seg) + table, (size_t)4096);
+  rs->bytes = rs->dev_off + dev_area_bytes(rs->same_host);
   int ok = 0;
   if (!params_get()->shm_named) LOOM_CHECK(unnamed_try(comm, rs, dl, &ok));
   if (ok) {
@@ -212,6 +218,7 @@ void rankseg_fini(struct loom_comm* comm, struct rank_segs* rs) {
     munmap(rs->self, rs->bytes);
   }
   free(rs->peer);
+  free(rs->local);
   memstat_sub(comm, MEM_RANKSEG, -1, rs->counted);
   memset(rs, 0, sizeof(*rs));
   rs->self_file.fd = -1;

@@ -1,7 +1,8 @@
 /* rankseg.h - the rank segment: what a rank shares with the peers on its
  * host for the communicator's whole life: its doorbell, what direct plans
  * publish (peer.c), and, in unnamed mode, the descriptors of the FIFOs it
- * sends on (shm.c), so that a receiver can open them.
+ * sends on (shm.c), so that a receiver can open them, and, on a page of its
+ * own at dev_off, the device area (devarea.h).
  *
  * Unnamed mode (the rule): every segment and FIFO is an unnamed file of
  * /dev/shm (shmfile.h), so nothing outlives the processes that use it, even
@@ -48,6 +49,8 @@ struct rank_segs {
   int named;                 /* the communicator's mode */
   struct shm_file self_file; /* unnamed mode: this rank's, descriptor open until shared */
   int same_host;             /* ranks on this host, this one included */
+  int* local;                /* [nranks]: index among this host's ranks, or -1 */
+  size_t dev_off;            /* the device area's offset in each segment */
   size_t counted;            /* bytes counted for the communicator (memstat.h) */
 };
 

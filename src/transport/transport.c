@@ -400,6 +400,19 @@ int tp_shm_named(struct loom_comm* comm) {
   return comm->tp->segs.named;
 }
 
+struct dev_pub* tp_dev_area(struct loom_comm* comm, int rank) {
+  unsigned char* seg = (unsigned char*)comm->tp->segs.peer[rank];
+  return seg ? (struct dev_pub*)(seg + comm->tp->segs.dev_off) : NULL;
+}
+
+size_t tp_dev_area_bytes(struct loom_comm* comm) {
+  return comm->tp->segs.bytes - comm->tp->segs.dev_off;
+}
+
+int tp_local_index(struct loom_comm* comm, int rank) {
+  return comm->tp->segs.local[rank];
+}
+
 int tp_lines_ok(struct loom_comm* comm) {
   return params_get()->direct != 0 && comm->tp->segs.same_host == comm->nranks &&
          (tp_transport_allowed("shm") || tp_transport_allowed("local"));

@@ -192,6 +192,13 @@ void tp_comm_cancel(struct loom_comm* comm);
 /* This rank's doorbell: every transport rings it when this rank may be able
  * to make progress. */
 struct bell* tp_self_bell(struct loom_comm* comm);
+/* rank's device area (devarea.h) as this rank maps it, NULL where rank is on
+ * another host; the area's bytes; rank's index among this host's ranks (-1
+ * on another host). */
+struct dev_pub;
+struct dev_pub* tp_dev_area(struct loom_comm* comm, int rank);
+size_t tp_dev_area_bytes(struct loom_comm* comm);
+int tp_local_index(struct loom_comm* comm, int rank);
 /* Peer's doorbell (peers on this host). */
 struct bell* tp_peer_bell(struct loom_comm* comm, int peer);
 /* Where transport t keeps its per-communicator state (NULL until its

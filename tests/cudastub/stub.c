@@ -46,7 +46,8 @@ STUB_API int cuDeviceGetPCIBusId(char* bus_id, int len, int dev) {
 }
 
 /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2): CU_MEMORYTYPE_DEVICE (2) inside the
- * range and inside cuMemAlloc memory (stub_stream.c); DEVICE_ORDINAL (9): 0. Elsewhere
+ * range and inside cuMemAlloc memory (stub_stream.c); DEVICE_ORDINAL (9): 0; BUFFER_ID (7) of
+ * cuMemAlloc memory. Elsewhere
  * CUDA_ERROR_INVALID_VALUE (1), as the driver answers for host memory it never saw. */
 STUB_API int cuPointerGetAttribute(void* data, int attr, uintptr_t ptr) {
   if ((ptr < dev_lo || ptr >= dev_hi) && !stub_is_device(ptr)) return 1;
@@ -58,6 +59,7 @@ STUB_API int cuPointerGetAttribute(void* data, int attr, uintptr_t ptr) {
     *(int*)data = 0;
     return 0;
   }
+  if (attr == 7) return stub_alloc_id(ptr, (uint64_t*)data); /* BUFFER_ID */
   return 1;
 }
 

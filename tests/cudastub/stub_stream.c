@@ -9,73 +9,192 @@
  * value (polled, as the GPU's front end does); nothing else waits. The
  * legacy and per-thread default streams (handles 0, 1, 2) run each
  * operation at once on the calling thread. Device memory is host memory
- * that cuPointerGetAttribute reports as device memory of device 0; mapped
- * host memory has one address for both. Words are read and written with
+ * that cuPointerGetAttribute reports as device memory of device 0, each
+ * allocation a shared mapping of a memfd, so that its IPC handle names the
+ * owner's pid and descriptor and another process opens it through /proc;
+ * mapped and registered host memory has one address for both. Words are read and written with
  * acquire and release atomics, so what a stream wrote before it set a word
  * is seen by whoever waited for it (ThreadSanitizer sees that order too). */
 #include "stub_stream.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { CU_ERR_INVALID_VALUE = 1, CU_ERR_OUT_OF_MEMORY = 2, CU_ERR_NOT_READY = 600 };
 
 /* ---- Device memory ---- */
 
+/* An allocation: a shared mapping of a memfd of its own, so that another
+ * process can open it as it opens a real allocation's IPC handle (through
+ * /proc/<pid>/fd), or such a mapping of a peer's (imported). */
 struct alloc {
   uintptr_t lo, hi;
+  size_t mapped; /* bytes of the mapping */
+  uint64_t id;   /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+  int fd;        /* -1 when imported */
 };
 static struct alloc* allocs;
 static size_t nallocs, allocs_cap;
+static uint64_t next_id;
 static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Under alloc_lock: the allocation holding p, or NULL. */
+static struct alloc* alloc_find(uintptr_t p) {
+  for (size_t i = 0; i < nallocs; i++)
+    if (p >= allocs[i].lo && p < allocs[i].hi) return &allocs[i];
+  return NULL;
+}
+
 int stub_is_device(uintptr_t p) {
-  int found = 0;
   pthread_mutex_lock(&alloc_lock);
-  for (size_t i = 0; i < nallocs && !found; i++) found = p >= allocs[i].lo && p < allocs[i].hi;
+  int found = alloc_find(p) != NULL;
   pthread_mutex_unlock(&alloc_lock);
   return found;
 }
 
-STUB_API int cuMemAlloc_v2(uintptr_t* out, size_t bytes) {
-  size_t rounded = (bytes + 255) & ~(size_t)255;
-  void* p = aligned_alloc(256, rounded ? rounded : 256);
-  if (!p) return CU_ERR_OUT_OF_MEMORY;
-  memset(p, 0xa5, rounded ? rounded : 256); /* what fresh device memory holds: not zeros */
+int stub_alloc_id(uintptr_t p, uint64_t* id) {
+  pthread_mutex_lock(&alloc_lock);
+  struct alloc* a = alloc_find(p);
+  if (a) *id = a->id;
+  pthread_mutex_unlock(&alloc_lock);
+  return a ? 0 : CU_ERR_INVALID_VALUE;
+}
+
+static int alloc_add(uintptr_t lo, size_t bytes, size_t mapped, int fd) {
   pthread_mutex_lock(&alloc_lock);
   if (nallocs == allocs_cap) {
     size_t cap = allocs_cap ? allocs_cap * 2 : 64;
     struct alloc* a = realloc(allocs, cap * sizeof *a);
     if (!a) {
       pthread_mutex_unlock(&alloc_lock);
-      free(p);
       return CU_ERR_OUT_OF_MEMORY;
     }
     allocs = a, allocs_cap = cap;
   }
-  allocs[nallocs].lo = (uintptr_t)p;
-  allocs[nallocs++].hi = (uintptr_t)p + bytes;
+  allocs[nallocs++] = (struct alloc){lo, lo + bytes, mapped, ++next_id, fd};
   pthread_mutex_unlock(&alloc_lock);
+  return 0;
+}
+
+/* Removes the allocation at lo (imported or not, as asked): its mapping
+ * and descriptor go. */
+static int alloc_drop(uintptr_t lo, int imported) {
+  struct alloc a = {0};
+  int found = 0;
+  pthread_mutex_lock(&alloc_lock);
+  for (size_t i = 0; i < nallocs && !found; i++)
+    if (allocs[i].lo == lo && (allocs[i].fd < 0) == imported) {
+      a = allocs[i];
+      allocs[i] = allocs[--nallocs];
+      found = 1;
+    }
+  pthread_mutex_unlock(&alloc_lock);
+  if (!found) return CU_ERR_INVALID_VALUE;
+  munmap((void*)a.lo, a.mapped);
+  if (a.fd >= 0) close(a.fd);
+  return 0;
+}
+
+STUB_API int cuMemAlloc_v2(uintptr_t* out, size_t bytes) {
+  size_t mapped = (bytes + 4095) & ~(size_t)4095;
+  if (!mapped) mapped = 4096;
+  int fd = memfd_create("stub-device-memory", MFD_CLOEXEC);
+  if (fd < 0) return CU_ERR_OUT_OF_MEMORY;
+  void* p = ftruncate(fd, (off_t)mapped) == 0
+                ? mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
+  if (p == MAP_FAILED) {
+    close(fd);
+    return CU_ERR_OUT_OF_MEMORY;
+  }
+  memset(p, 0xa5, mapped); /* what fresh device memory holds: not zeros */
+  if (alloc_add((uintptr_t)p, bytes ? bytes : 1, mapped, fd) != 0) {
+    munmap(p, mapped);
+    close(fd);
+    return CU_ERR_OUT_OF_MEMORY;
+  }
   *out = (uintptr_t)p;
   return 0;
 }
 
 STUB_API int cuMemFree_v2(uintptr_t p) {
-  int found = 0;
+  return alloc_drop(p, 0);
+}
+
+STUB_API int cuMemGetAddressRange_v2(uintptr_t* base, size_t* size, uintptr_t p) {
   pthread_mutex_lock(&alloc_lock);
-  for (size_t i = 0; i < nallocs; i++)
-    if (allocs[i].lo == p) {
-      allocs[i] = allocs[--nallocs];
-      found = 1;
-      break;
-    }
+  struct alloc* a = alloc_find(p);
+  if (a) {
+    if (base) *base = a->lo;
+    if (size) *size = a->hi - a->lo;
+  }
   pthread_mutex_unlock(&alloc_lock);
-  if (!found) return CU_ERR_INVALID_VALUE;
-  free((void*)p);
+  return a ? 0 : CU_ERR_INVALID_VALUE;
+}
+
+/* An IPC handle: whose process and descriptor, and the size. */
+struct ipc_handle {
+  uint32_t magic, pid;
+  int32_t fd;
+  uint64_t bytes, mapped;
+};
+typedef struct {
+  unsigned char bytes[64];
+} stub_ipc_handle;
+#define IPC_MAGIC 0x5354c0deu
+
+STUB_API int cuIpcGetMemHandle(stub_ipc_handle* out, uintptr_t p) {
+  struct ipc_handle h = {IPC_MAGIC, (uint32_t)getpid(), -1, 0, 0};
+  pthread_mutex_lock(&alloc_lock);
+  struct alloc* a = alloc_find(p);
+  if (a && a->lo == p && a->fd >= 0) h.fd = a->fd, h.bytes = a->hi - a->lo, h.mapped = a->mapped;
+  pthread_mutex_unlock(&alloc_lock);
+  if (h.fd < 0) return CU_ERR_INVALID_VALUE;
+  memset(out, 0, sizeof *out);
+  memcpy(out->bytes, &h, sizeof h);
   return 0;
+}
+
+STUB_API int cuIpcOpenMemHandle_v2(uintptr_t* out, stub_ipc_handle handle, unsigned flags) {
+  (void)flags;
+  struct ipc_handle h;
+  memcpy(&h, handle.bytes, sizeof h);
+  if (h.magic != IPC_MAGIC || h.pid == (uint32_t)getpid()) return CU_ERR_INVALID_VALUE;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/fd/%d", h.pid, h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return CU_ERR_INVALID_VALUE;
+  void* p = mmap(NULL, h.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return CU_ERR_OUT_OF_MEMORY;
+  if (alloc_add((uintptr_t)p, h.bytes, h.mapped, -1) != 0) {
+    munmap(p, h.mapped);
+    return CU_ERR_OUT_OF_MEMORY;
+  }
+  *out = (uintptr_t)p;
+  return 0;
+}
+
+STUB_API int cuIpcCloseMemHandle(uintptr_t p) {
+  return alloc_drop(p, 1);
+}
+
+/* Host memory registered for the device: one address for both, as for
+ * cuMemHostAlloc's. */
+STUB_API int cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
+  (void)flags;
+  return p && bytes ? 0 : CU_ERR_INVALID_VALUE;
+}
+
+STUB_API int cuMemHostUnregister(void* p) {
+  return p ? 0 : CU_ERR_INVALID_VALUE;
 }
 
 STUB_API int cuMemHostAlloc(void** out, size_t bytes, unsigned flags) {

@@ -16,5 +16,7 @@ typedef int (*stub_op_fn)(void* arg);
 int stub_submit(void* stream, stub_op_fn run, const void* arg, size_t bytes);
 /* 1 when p is inside memory cuMemAlloc returned. */
 int stub_is_device(uintptr_t p);
+/* The buffer id of the allocation holding p: 0, or CUDA_ERROR_INVALID_VALUE. */
+int stub_alloc_id(uintptr_t p, uint64_t* id);
 
 #endif

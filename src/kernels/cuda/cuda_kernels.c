@@ -66,6 +66,9 @@ static void kernel_name(int k, char* buf, size_t len) {
 /* ---- The driver ---- */
 
 typedef int cu_result;
+typedef struct {
+  unsigned char bytes[64];
+} cu_ipc_handle; /* CUipcMemHandle: passed by value */
 typedef void* cu_context;
 typedef void* cu_module;
 typedef void* cu_function;
@@ -104,6 +107,14 @@ static struct {
   cu_result (*event_destroy)(void*);
   cu_result (*stream_wait_event)(void*, void*, unsigned);
   cu_result (*event_sync)(void*);
+  /* Ranks in other processes (cuda_host_register, cuda_ipc_*); optional. */
+  cu_result (*host_register)(void*, size_t, unsigned);
+  cu_result (*host_unregister)(void*);
+  cu_result (*mem_range)(uintptr_t*, size_t*, uintptr_t);
+  cu_result (*pointer_attr)(void*, int, uintptr_t);
+  cu_result (*ipc_get)(void*, uintptr_t);
+  cu_result (*ipc_open)(uintptr_t*, cu_ipc_handle, unsigned);
+  cu_result (*ipc_close)(uintptr_t);
 } drv;
 
 /* One context's module and kernels. Contexts are few (one per device and
@@ -172,6 +183,13 @@ static void drv_load(void) {
   DRV_SYM(event_destroy, "cuEventDestroy_v2");
   DRV_SYM(stream_wait_event, "cuStreamWaitEvent");
   DRV_SYM(event_sync, "cuEventSynchronize");
+  DRV_SYM(host_register, "cuMemHostRegister_v2");
+  DRV_SYM(host_unregister, "cuMemHostUnregister");
+  DRV_SYM(mem_range, "cuMemGetAddressRange_v2");
+  DRV_SYM(pointer_attr, "cuPointerGetAttribute");
+  DRV_SYM(ipc_get, "cuIpcGetMemHandle");
+  DRV_SYM(ipc_open, "cuIpcOpenMemHandle_v2");
+  DRV_SYM(ipc_close, "cuIpcCloseMemHandle");
 #undef DRV_SYM
   drv.stream_ok = drv.primary_retain && drv.ctx_push && drv.ctx_pop && drv.memcpy_async &&
                   drv.write_value64 && drv.wait_value64 && drv.mem_alloc && drv.mem_free &&
@@ -447,6 +465,74 @@ loomResult_t cuda_host_alloc(void** host_out, void** dev_out, size_t bytes) {
 
 void cuda_host_free(void* h) {
   if (h && drv.host_free) drv.host_free(h);
+}
+
+enum { CU_HOSTREG_PORTABLE_DEVICEMAP = 0x03, CU_PTR_ATTR_BUFFER_ID = 7, CU_IPC_LAZY_PEER = 1 };
+
+loomResult_t cuda_host_register(void* host, size_t bytes, void** dev_out) {
+  LOOM_CHECK(stream_drv("cuda_host_register"));
+  if (!drv.host_register || !drv.host_unregister)
+    return err_set(NULL, loomSystemError, "the CUDA driver has no cuMemHostRegister");
+  uintptr_t d = 0;
+  cu_result r = drv.host_register(host, bytes, CU_HOSTREG_PORTABLE_DEVICEMAP);
+  if (r != 0) return cu_fail("cuMemHostRegister (shared memory for the device)", r);
+  if ((r = drv.host_dev_ptr(&d, host, 0)) != 0) {
+    drv.host_unregister(host);
+    return cu_fail("cuMemHostGetDevicePointer", r);
+  }
+  *dev_out = (void*)d;
+  return loomSuccess;
+}
+
+void cuda_host_unregister(void* host) {
+  if (host && drv.host_unregister) drv.host_unregister(host);
+}
+
+static loomResult_t ipc_drv(void) {
+  LOOM_CHECK(stream_drv("cuda_ipc"));
+  if (!drv.mem_range || !drv.pointer_attr || !drv.ipc_get || !drv.ipc_open || !drv.ipc_close)
+    return err_set(NULL, loomSystemError, "the CUDA driver lacks the IPC entry points (cuIpc*)");
+  return loomSuccess;
+}
+
+loomResult_t cuda_alloc_of(const void* p, uint64_t* base_out, uint64_t* id_out) {
+  LOOM_CHECK(ipc_drv());
+  uintptr_t base = 0;
+  size_t size = 0;
+  unsigned long long id = 0;
+  cu_result r = drv.mem_range(&base, &size, (uintptr_t)p);
+  if (r != 0) return cu_fail("cuMemGetAddressRange", r);
+  if ((r = drv.pointer_attr(&id, CU_PTR_ATTR_BUFFER_ID, (uintptr_t)p)) != 0)
+    return cu_fail("cuPointerGetAttribute (buffer id)", r);
+  *base_out = base;
+  *id_out = id;
+  return loomSuccess;
+}
+
+loomResult_t cuda_ipc_export(uint64_t base, unsigned char handle[CUDA_IPC_BYTES]) {
+  LOOM_CHECK(ipc_drv());
+  cu_result r = drv.ipc_get(handle, (uintptr_t)base);
+  if (r != 0)
+    return err_set(NULL, loomInvalidUsage,
+                   "a device buffer at %#llx cannot be shared with a rank in another process "
+                   "(cuIpcGetMemHandle: %s); allocate it with cudaMalloc or loomMemAlloc",
+                   (unsigned long long)base, cu_text(r));
+  return loomSuccess;
+}
+
+loomResult_t cuda_ipc_open(const unsigned char handle[CUDA_IPC_BYTES], void** out) {
+  LOOM_CHECK(ipc_drv());
+  uintptr_t p = 0;
+  cu_ipc_handle h;
+  memcpy(h.bytes, handle, sizeof h.bytes);
+  cu_result r = drv.ipc_open(&p, h, CU_IPC_LAZY_PEER);
+  if (r != 0) return cu_fail("cuIpcOpenMemHandle (a peer process's buffer)", r);
+  *out = (void*)p;
+  return loomSuccess;
+}
+
+void cuda_ipc_close(void* p) {
+  if (p && drv.ipc_close) drv.ipc_close((uintptr_t)p);
 }
 
 loomResult_t cuda_stream_sync(void* stream) {

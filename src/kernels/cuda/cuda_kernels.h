@@ -82,6 +82,20 @@ void cuda_event_destroy(void* ev);
 loomResult_t cuda_event_record(void* ev, void* stream);
 loomResult_t cuda_event_wait(void* stream, void* ev);
 loomResult_t cuda_event_sync(void* ev);
+/* Ranks in other processes. cuda_host_register maps host memory (a shared
+ * segment) for the device: *dev_out is its device address (unregister
+ * before unmapping it). cuda_alloc_of gives the device allocation p lies
+ * in: its base and the driver's buffer id (unique in this process, so an
+ * allocation freed and made again at one address is told apart).
+ * cuda_ipc_export makes the IPC handle of the allocation at base;
+ * cuda_ipc_open maps a peer process's handle, cuda_ipc_close unmaps it. */
+#define CUDA_IPC_BYTES 64
+loomResult_t cuda_host_register(void* host, size_t bytes, void** dev_out);
+void cuda_host_unregister(void* host);
+loomResult_t cuda_alloc_of(const void* p, uint64_t* base_out, uint64_t* id_out);
+loomResult_t cuda_ipc_export(uint64_t base, unsigned char handle[CUDA_IPC_BYTES]);
+loomResult_t cuda_ipc_open(const unsigned char handle[CUDA_IPC_BYTES], void** out);
+void cuda_ipc_close(void* p);
 
 #ifdef __cplusplus
 }
