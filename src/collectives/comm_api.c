@@ -349,7 +349,8 @@ loomResult_t loomCommAbort(loomComm_t handle) {
   recorder_dump(comm, "loomCommAbort"); /* what was in flight, before the flag stops it */
   atomic_store(&comm->aborted, COMM_ABORT_USER);
   comm_wake(comm);
-  join_init_thread(comm); /* its waits watch the abort flag */
+  comm_fail_hook_run(comm); /* device waits released */
+  join_init_thread(comm);   /* its waits watch the abort flag */
   /* Launches queued on streams or running on other threads notice the flag
    * at their next wake-up and fail fast. */
   wait_queued(comm);

@@ -7,12 +7,13 @@
  * stream one by one; before queuing a step it waits, on the host, until
  * every peer that step depends on has queued the step it needs, and then
  * queues a stream wait for the peer's progress word. So every wait on the
- * device is for work already queued: ranks that share a GPU (threads here)
- * never depend on being resident together, whichever hardware queues their
+ * device is for work already queued: ranks that share a GPU (threads or
+ * processes) never depend on being resident together, whichever hardware queues their
  * streams share. The call returns once its work is queued.
  *
- * Progress words: each rank of a communicator has one in pinned host memory
- * mapped for the device, written by its stream after each step (a stream
+ * Progress words: each rank of a communicator has one in the device area of
+ * its rank segment (transport/devarea.h), shared memory that every rank of
+ * the host maps and registers for the device, written by its stream after each step (a stream
  * memory operation) with value(seq, steps done), seq being the call's
  * number on the communicator; peers' streams wait for it to reach a value
  * (>=, so a later call's value satisfies an earlier wait). A second word,
@@ -24,7 +25,9 @@
  *
  * Buffers: a rank publishes the addresses of a call's send, receive and
  * scratch buffers in one of CUDA_SLOTS slots; it reuses a slot only once
- * every peer has queued past the call that used it.
+ * every peer has queued past the call that used it. Where a peer is in
+ * another process, a buffer also carries its allocation's IPC handle, which
+ * the peer opens once.
  *
  * Sends and receives (and all-to-all-v, whose plan no peer can know) match
  * per pair of ranks instead: the k-th send from a to b meets b's k-th
@@ -38,9 +41,12 @@
  * communicator are queued in whatever order the peers allow, and the
  * sends' final waits last, so no order of them within a group deadlocks.
  *
- * This executor serves ranks that are threads of one process (loomCommInitAll
- * with a devlist, or a thread per rank): device buffers between processes
- * wait for the CUDA IPC transport. */
+ * A failed or aborted communicator sets every peer's words so that no
+ * stream waits for a write a dead peer will never make (dev_poison).
+ *
+ * This executor serves the ranks of one host, threads of one process or
+ * processes: device buffers between hosts wait for the network transports'
+ * staging. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,6 +218,35 @@ static void areas_release(struct cuda_comm* cc, int n) {
     if (cc->area_dev[r]) cuda_host_unregister(cc->area[r]);
 }
 
+/* A value every device wait accepts: waits compare cyclically, (int64_t)(word
+ * - value) >= 0, so it is not the largest word but one above every value a
+ * wait asks for (val's are below 2^62 while calls number fewer than 2^38,
+ * and sends and receives fewer than 2^62). */
+#define DEV_POISON (1ull << 62)
+
+/* The failure hook: every word a device wait of this rank may read is set
+ * to DEV_POISON, every peer's progress word and pair, so that no stream of
+ * this rank is left waiting on a peer that died (its stream died with its
+ * process and will never write what was queued). Only words of the peers:
+ * this rank's own stream writes its own. Safe for a peer that is alive: a
+ * stream waits only for values its peer has queued the writes of, so once
+ * that peer's stream writes its lower value again, every wait still pending
+ * on it is for a value it will write. Reads only the rank segments, which
+ * outlive the watcher thread that calls this most often. */
+static void dev_poison(struct loom_comm* comm) {
+  int nlocal = 0;
+  for (int r = 0; r < comm->nranks; r++) nlocal += tp_local_index(comm, r) >= 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    struct dev_pub* a = r == comm->rank ? NULL : tp_dev_area(comm, r);
+    if (!a) continue;
+    __atomic_store_n(&a->gpu_done, DEV_POISON, __ATOMIC_RELEASE);
+    for (int l = 0; l < nlocal; l++) {
+      __atomic_store_n(&dev_area_pair(a, l)->sent_gpu, DEV_POISON, __ATOMIC_RELEASE);
+      __atomic_store_n(&dev_area_pair(a, l)->got_gpu, DEV_POISON, __ATOMIC_RELEASE);
+    }
+  }
+}
+
 /* Under exec_lock, in the device's context. */
 static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_comm** out) {
   if (comm->coll->cuda) {
@@ -258,6 +293,9 @@ static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_c
     return r;
   }
   comm->coll->cuda = cc;
+  comm_set_fail_hook(comm, dev_poison);
+  /* A failure that came before the hook was set. */
+  if (comm_health(comm) != loomSuccess || atomic_load(&comm->aborted)) dev_poison(comm);
   *out = cc;
   return loomSuccess;
 }
@@ -265,6 +303,7 @@ static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_c
 void exec_cuda_comm_fini(struct loom_comm* comm) {
   struct cuda_comm* cc = comm->coll ? comm->coll->cuda : NULL;
   if (!cc) return;
+  comm_set_fail_hook(comm, NULL);
   if (cuda_ctx_enter(cc->dev) == loomSuccess) {
     /* Nothing of this rank runs on the device after this: its buffers and
      * its mappings of the areas may go. */

@@ -230,6 +230,7 @@ void comm_set_failed(struct loom_comm* comm, int peer, loomResult_t code, const 
   fail_vset(comm, peer, code, 1, fmt, ap);
   va_end(ap);
   comm_wake(comm);
+  comm_fail_hook_run(comm);
 }
 
 int comm_fail_reserve(struct loom_comm* comm, int peer, loomResult_t code, const char* fmt, ...) {
@@ -250,6 +251,7 @@ void comm_fail_publish(struct loom_comm* comm) {
   pthread_mutex_unlock(&comm->err_lock);
   if (code != loomSuccess) fail_announce(comm, full);
   comm_wake(comm);
+  if (code != loomSuccess) comm_fail_hook_run(comm);
 }
 
 void comm_set_peers(struct loom_comm* comm, struct peer_info* peers) {
@@ -320,6 +322,15 @@ void comm_set_wake(struct loom_comm* comm, void (*fn)(void*), void* arg) {
   __atomic_store_n(&comm->wake_fn, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->wake_arg, arg, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->wake_fn, fn, __ATOMIC_RELEASE);
+}
+
+void comm_set_fail_hook(struct loom_comm* comm, void (*fn)(struct loom_comm*)) {
+  __atomic_store_n(&comm->fail_hook, fn, __ATOMIC_RELEASE);
+}
+
+void comm_fail_hook_run(struct loom_comm* comm) {
+  void (*fn)(struct loom_comm*) = __atomic_load_n(&comm->fail_hook, __ATOMIC_ACQUIRE);
+  if (fn) fn(comm);
 }
 
 loomResult_t comm_health(struct loom_comm* comm) {

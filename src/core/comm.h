@@ -83,6 +83,10 @@ struct loom_comm {
    * the upper layers wake up at once. Set by the transport layer. */
   void (*wake_fn)(void* arg);
   void* wake_arg;
+  /* Called once the communicator has failed or is aborted, on whichever
+   * thread found it out (the watcher, often): what the device waits on is
+   * released there (the CUDA executor's). Set by the collectives layer. */
+  void (*fail_hook)(struct loom_comm* comm);
 
   /* A split in progress: the child forming and the parent it comes from
    * (comm_forming_*, under a process-wide lock). */
@@ -185,6 +189,9 @@ int comm_await_boot_users(struct loom_comm* comm, long long ms);
 void comm_wake(struct loom_comm* comm);
 /* Sets the wake hook; fn NULL clears it. */
 void comm_set_wake(struct loom_comm* comm, void (*fn)(void*), void* arg);
+/* Sets the failure hook (fn NULL clears it), and runs it: calls it if set. */
+void comm_set_fail_hook(struct loom_comm* comm, void (*fn)(struct loom_comm*));
+void comm_fail_hook_run(struct loom_comm* comm);
 /* loomSuccess while usable; else the error that broke it, with its text
  * copied to the caller's last error. */
 loomResult_t comm_health(struct loom_comm* comm);

@@ -21,6 +21,7 @@
  *   usage: exec PATH_OF_THE_STUB_LIBCUDA_SO_1 */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -755,6 +756,82 @@ static int proc_rank(struct shared* sh, int n, int r) {
   printf("rank %d of %d processes: %d checks, %d failed\n", r, n, checks, fails);
   return fails ? 1 : 0;
 }
+/* A rank killed mid-collective: the last rank queues an all-reduce behind
+ * a wait that never ends (its stream stays in the call), then SIGKILLs
+ * itself. The others' streams wait on its progress words, which it will
+ * never write: they must still drain (the failure of the communicator sets
+ * those words so every wait passes), and the communicator reports the
+ * peer's death. Returns the rank's exit code. */
+static int killed_rank(struct shared* sh, int n, int r) {
+  nranks = n;
+  lo = r;
+  hi = r + 1;
+  if (r == 0) {
+    if (loomGetUniqueId(&sh->id) != loomSuccess) return 3;
+    atomic_store(&sh->ready, 1);
+  }
+  for (int i = 0; i < 30000 && !atomic_load(&sh->ready); i++) usleep(1000);
+  alarm(60); /* a hung stream fails the test */
+  if (loomCommInitRank(&comms[r], n, sh->id, r) != loomSuccess) return 4;
+  cu_stream_create(&cstreams[r], 0);
+  loomStreamCreateFromCuda(&streams[r], cstreams[r]);
+  float* d = dev_alloc(1 << 20);
+  for (int i = 0; i < (1 << 18); i++) d[i] = 1.0f;
+  for (int it = 0; it < 2; it++)
+    if (loomAllReduce(d, d, 1 << 18, loomFloat32, loomSum, comms[r], streams[r]) != loomSuccess)
+      return 5;
+  if (loomStreamSynchronize(streams[r]) != loomSuccess || d[7] != (float)(n * n)) return 6;
+  static uint64_t never;
+  if (r == n - 1) {
+    cu_wait_value(cstreams[r], (uintptr_t)&never, 1, 0);
+    loomAllReduce(d, d, 1 << 18, loomFloat32, loomSum, comms[r], streams[r]);
+    raise(SIGKILL);
+  }
+  /* Queued, or refused once the death is known: either way no hang. */
+  loomResult_t q = loomAllReduce(d, d, 1 << 18, loomFloat32, loomSum, comms[r], streams[r]);
+  loomResult_t s = loomStreamSynchronize(streams[r]);
+  loomResult_t e = loomInProgress;
+  for (int i = 0; i < 20000 && (e == loomInProgress || e == loomSuccess); i++) {
+    loomCommGetAsyncError(comms[r], &e);
+    if (e == loomInProgress || e == loomSuccess) usleep(1000);
+  }
+  printf("rank %d: the all-reduce gave %d, the stream %d, the communicator %d (%s)\n", r, q, s, e,
+         loomGetErrorString(e));
+  int ok = e == loomRemoteError && (q == loomSuccess || q == loomRemoteError);
+  loomStreamDestroy(streams[r]);
+  loomCommAbort(comms[r]);
+  cu_stream_destroy(cstreams[r]);
+  return ok ? 0 : 7;
+}
+
+static int killed(int n) {
+  struct shared* sh =
+      mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (sh == MAP_FAILED) return 3;
+  pid_t pids[MAXR];
+  for (int r = 0; r < n; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(killed_rank(sh, n, r));
+  }
+  int bad = 0;
+  for (int r = 0; r < n; r++) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    int want_killed = r == n - 1;
+    int ok = want_killed ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL
+                         : WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok) {
+      printf("FAIL: rank %d: %s %d\n", r, WIFEXITED(st) ? "exit" : "signal",
+             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+      bad = 1;
+    }
+  }
+  munmap(sh, sizeof *sh);
+  printf("a rank killed mid-collective at %d processes: %s\n", n,
+         bad ? "FAILED" : "the others' streams drained, each reports the death");
+  return bad;
+}
+
 static int procs(int n) {
   struct shared* sh =
       mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -781,9 +858,11 @@ static int procs(int n) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int np = argc == 4 && !strcmp(argv[2], "procs") ? atoi(argv[3]) : 0;
-  if (argc != 2 && (np < 1 || np > MAXR)) {
-    fprintf(stderr, "usage: %s PATH_OF_THE_STUB_LIBCUDA_SO_1 [procs N]\n", argv[0]);
+  int np = argc == 4 ? atoi(argv[3]) : 0;
+  int kill_mode = argc == 4 && !strcmp(argv[2], "killed");
+  if (argc != 2 && (np < 1 + kill_mode || np > MAXR ||
+                    (strcmp(argv[2], "procs") && strcmp(argv[2], "killed")))) {
+    fprintf(stderr, "usage: %s PATH_OF_THE_STUB_LIBCUDA_SO_1 [procs N | killed N]\n", argv[0]);
     return 2;
   }
   void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -802,7 +881,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   loomStreamDestroy(probe);
-  if (np) return procs(np);
+  if (np) return kill_mode ? killed(np) : procs(np);
   const int ns[] = {1, 2, 3, 4, 8};
   for (int i = 0; i < 5; i++) at(ns[i]);
   p2p_mismatch();

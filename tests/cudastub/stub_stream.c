@@ -387,9 +387,10 @@ static int write_run(void* a) {
   __atomic_store_n(w->word, w->value, __ATOMIC_RELEASE);
   return 0;
 }
+/* GEQ as the driver compares: cyclically, (int64_t)(word - value) >= 0. */
 static int wait_run(void* a) {
   struct word_arg* w = a;
-  return __atomic_load_n(w->word, __ATOMIC_ACQUIRE) >= w->value ? 0 : 1;
+  return (int64_t)(__atomic_load_n(w->word, __ATOMIC_ACQUIRE) - w->value) >= 0 ? 0 : 1;
 }
 
 STUB_API int cuStreamWriteValue64_v2(void* stream, uintptr_t addr, uint64_t value, unsigned flags) {
