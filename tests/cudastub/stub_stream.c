@@ -382,15 +382,27 @@ struct word_arg {
   uint64_t* word;
   uint64_t value;
 };
+/* Words may be reached through two mappings of one page (a peer's rank
+ * segment as each rank maps it): the hardware keeps them coherent, but
+ * ThreadSanitizer orders atomics by address and would miss that a wait
+ * through one mapping saw a write through another. Every write and every
+ * poll of a wait also take one lock, which orders them for it as they are
+ * ordered in fact. */
+static pthread_mutex_t word_lock = PTHREAD_MUTEX_INITIALIZER;
 static int write_run(void* a) {
   struct word_arg* w = a;
+  pthread_mutex_lock(&word_lock);
   __atomic_store_n(w->word, w->value, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&word_lock);
   return 0;
 }
 /* GEQ as the driver compares: cyclically, (int64_t)(word - value) >= 0. */
 static int wait_run(void* a) {
   struct word_arg* w = a;
-  return (int64_t)(__atomic_load_n(w->word, __ATOMIC_ACQUIRE) - w->value) >= 0 ? 0 : 1;
+  pthread_mutex_lock(&word_lock);
+  int passed = (int64_t)(__atomic_load_n(w->word, __ATOMIC_ACQUIRE) - w->value) >= 0;
+  pthread_mutex_unlock(&word_lock);
+  return passed ? 0 : 1;
 }
 
 STUB_API int cuStreamWriteValue64_v2(void* stream, uintptr_t addr, uint64_t value, unsigned flags) {
