@@ -186,6 +186,23 @@ STUB_API int cuIpcCloseMemHandle(uintptr_t p) {
   return alloc_drop(p, 1);
 }
 
+/* The synchronous copies and set of the tests' own use (they know the
+ * stand-in's device memory is host memory; on a GPU they are the driver's). */
+STUB_API int cuMemcpyHtoD_v2(uintptr_t dst, const void* src, size_t bytes) {
+  memcpy((void*)dst, src, bytes);
+  return 0;
+}
+
+STUB_API int cuMemcpyDtoH_v2(void* dst, uintptr_t src, size_t bytes) {
+  memcpy(dst, (const void*)src, bytes);
+  return 0;
+}
+
+STUB_API int cuMemsetD8_v2(uintptr_t dst, unsigned char byte, size_t bytes) {
+  memset((void*)dst, byte, bytes);
+  return 0;
+}
+
 /* Host memory registered for the device: one address for both, as for
  * cuMemHostAlloc's. */
 STUB_API int cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
@@ -221,6 +238,10 @@ static int the_context;
 STUB_API int cuCtxGetCurrent(void** ctx) {
   *ctx = &the_context;
   return 0;
+}
+
+STUB_API int cuCtxSetCurrent(void* ctx) {
+  return ctx == &the_context ? 0 : CU_ERR_INVALID_VALUE;
 }
 
 STUB_API int cuDevicePrimaryCtxRetain(void** ctx, int dev) {

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh - everything of Loom that needs a GPU, in one command for a machine that has
-# one (a lent H100 or H200: a minute or two there, well inside its 10-minute limit):
+# one (a lent H100 or H200; the kernel steps take a minute or two there; the executor steps have
+# not run on a GPU yet: a stuck wait ends at LOOM_TIMEOUT_MS, 60 s, so one step cannot hang):
 #   1. build Loom with its device kernels (nvcc; no GoogleTest needed),
 #   2. gpu_kernels: every datatype and op of the device kernels against the host kernels, bit
 #      for bit (counts 0 to 2^20 + 3, aligned and misaligned, in place and out of place),
 #   3. the same under compute-sanitizer memcheck and racecheck (counts up to 1000),
 #   4. the reduction's bandwidth against the device-to-device copy's, in the same run,
+#   5. gpu_exec: the CUDA executor's checks (the ones CI runs against a stand-in driver) on the
+#      device: every collective, sends and receives at 1 to 8 thread ranks on the GPU, with the
+#      tuner and with ring forced; 2 and 4 process ranks (CUDA IPC); a rank killed inside an
+#      all-reduce; process ranks under compute-sanitizer memcheck,
 # then a summary, one line a step. Logs go to $OUT (the device tool's folder) or /tmp/loom-gpu.
 # Exits non-zero when a step failed. On a machine with no GPU every step says SKIPPED.
 #   tests/gpu/run.sh [--bench-mib N]
@@ -48,7 +53,7 @@ gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 if ! step build bash -c "cmake -S . -B build-gpu ${gen[*]} -DCMAKE_BUILD_TYPE=Release \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_CUDA=ON -DCMAKE_CUDA_COMPILER=$nvcc_dir/nvcc &&
-    time cmake --build build-gpu -j$(nproc) --target gpu_kernels"; then
+    time cmake --build build-gpu -j$(nproc) --target gpu_kernels gpu_exec"; then
   printf '%s\n' "${summary[@]}"
   exit 1
 fi
@@ -62,6 +67,18 @@ else
   summary+=("SKIPPED  memcheck, racecheck: no compute-sanitizer on PATH")
 fi
 step bandwidth "$bin" --bench-only --bench-mib "$bench_mib"
+
+ex=build-gpu/tests/gpu/gpu_exec
+export LOOM_TIMEOUT_MS=60000
+step exec_threads "$ex" libcuda.so.1
+step exec_threads_ring env LOOM_ALGO=ring "$ex" libcuda.so.1
+step exec_procs2 "$ex" libcuda.so.1 procs 2
+step exec_procs4 "$ex" libcuda.so.1 procs 4
+step exec_killed "$ex" libcuda.so.1 killed 2
+if command -v compute-sanitizer >/dev/null; then
+  step exec_memcheck compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
+    "$ex" libcuda.so.1 procs 2
+fi
 
 echo "=== summary ($out)"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
