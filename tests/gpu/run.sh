@@ -11,6 +11,8 @@
 #      device: every collective, sends and receives at 1 to 8 thread ranks on the GPU, with the
 #      tuner and with ring forced; 2 and 4 process ranks (CUDA IPC); a rank killed inside an
 #      all-reduce; process ranks under compute-sanitizer memcheck,
+#   6. gpu_nccl_device: an NCCL program on device buffers through the drop-in, 4 ranks of one
+#      process and 2 processes,
 # then a summary, one line a step. Logs go to $OUT (the device tool's folder) or /tmp/loom-gpu.
 # Exits non-zero when a step failed. On a machine with no GPU every step says SKIPPED.
 #   tests/gpu/run.sh [--bench-mib N]
@@ -53,7 +55,7 @@ gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 if ! step build bash -c "cmake -S . -B build-gpu ${gen[*]} -DCMAKE_BUILD_TYPE=Release \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_CUDA=ON -DCMAKE_CUDA_COMPILER=$nvcc_dir/nvcc &&
-    time cmake --build build-gpu -j$(nproc) --target gpu_kernels gpu_exec"; then
+    time cmake --build build-gpu -j$(nproc) --target gpu_kernels gpu_exec gpu_nccl_device"; then
   printf '%s\n' "${summary[@]}"
   exit 1
 fi
@@ -75,6 +77,8 @@ step exec_threads_ring env LOOM_ALGO=ring "$ex" libcuda.so.1
 step exec_procs2 "$ex" libcuda.so.1 procs 2
 step exec_procs4 "$ex" libcuda.so.1 procs 4
 step exec_killed "$ex" libcuda.so.1 killed 2
+step nccl_device_all4 build-gpu/tests/gpu/gpu_nccl_device libcuda.so.1 all 4
+step nccl_device_procs2 build-gpu/tests/gpu/gpu_nccl_device libcuda.so.1 procs 2
 if command -v compute-sanitizer >/dev/null; then
   step exec_memcheck compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
     "$ex" libcuda.so.1 procs 2
