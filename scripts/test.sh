@@ -42,7 +42,7 @@ build_and_test build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE "sanity|long|tsan"
 if [ "${LOOM_TEST_QUICK:-0}" = 1 ]; then exit 0; fi
 # Sanitizers over the unit tests and a covering part of the multi-rank tests. These trees build
 # only what their labels run (perf tools and examples are built and run by the main pass).
-targets="loom_unit_tests loom_mp_tests loom_mp_boot_tests loom_parallel_tests loom_nccl nccl_abi nccl_ranks loom_cuda_notice loom_cuda_kernels loom_cuda_exec"
+targets="loom_unit_tests loom_mp_tests loom_mp_boot_tests loom_parallel_tests loom_nccl nccl_abi nccl_ranks loom_cuda_notice loom_cuda_kernels loom_cuda_exec nccl_device"
 for f in boot_wire sock_wire unique_id settings files record; do targets+=" fuzz_${f}_replay"; done
 build_and_test build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address,undefined -- -L "unit|sanity"
 build_and_test build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -- -L "tsan|sanity"
