@@ -24,25 +24,25 @@
 #define MAXR 8
 static int failures, checks;
 
-#define CHECK(cond, ...)              \
-  do {                                \
-    checks++;                         \
-    if (!(cond)) {                    \
-      failures++;                     \
-      fprintf(stderr, "FAIL: ");      \
-      fprintf(stderr, __VA_ARGS__);   \
-      fprintf(stderr, "\n");          \
-    }                                 \
+#define CHECK(cond, ...)            \
+  do {                              \
+    checks++;                       \
+    if (!(cond)) {                  \
+      failures++;                   \
+      fprintf(stderr, "FAIL: ");    \
+      fprintf(stderr, __VA_ARGS__); \
+      fprintf(stderr, "\n");        \
+    }                               \
   } while (0)
 
-#define NCCL_OK(call)                                                                          \
-  do {                                                                                         \
-    ncclResult_t r_ = (call);                                                                  \
-    if (r_ != ncclSuccess) {                                                                   \
-      fprintf(stderr, "FAIL: %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,                \
-              ncclGetErrorString(r_), ncclGetLastError(NULL));                                 \
-      exit(2);                                                                                 \
-    }                                                                                          \
+#define NCCL_OK(call)                                                           \
+  do {                                                                          \
+    ncclResult_t r_ = (call);                                                   \
+    if (r_ != ncclSuccess) {                                                    \
+      fprintf(stderr, "FAIL: %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, \
+              ncclGetErrorString(r_), ncclGetLastError(NULL));                  \
+      exit(2);                                                                  \
+    }                                                                           \
   } while (0)
 
 /* ---- The driver ---- */
@@ -119,8 +119,18 @@ static float val(int r, size_t i) {
   return (float)((r * 7 + (int)(i % 13)) % 11); /* small integers: sums are exact */
 }
 
-enum coll { ALLREDUCE_SUM, ALLREDUCE_MAX, ALLREDUCE_AVG, BROADCAST, REDUCE, ALLGATHER,
-            REDUCESCATTER, ALLTOALL, RING, NCOLL };
+enum coll {
+  ALLREDUCE_SUM,
+  ALLREDUCE_MAX,
+  ALLREDUCE_AVG,
+  BROADCAST,
+  REDUCE,
+  ALLGATHER,
+  REDUCESCATTER,
+  ALLTOALL,
+  RING,
+  NCOLL
+};
 static const char* const names[NCOLL] = {"all-reduce sum", "all-reduce max", "all-reduce avg",
                                          "broadcast",      "reduce",         "all-gather",
                                          "reduce-scatter", "all-to-all",     "ring of sends"};
@@ -213,8 +223,8 @@ static void one(enum coll c, size_t n) {
     size_t bad = nd;
     for (size_t i = 0; i < nd && bad == nd; i++)
       if (h[i] != want(c, n, r, i, root)) bad = i;
-    CHECK(bad == nd, "%s n=%zu at %d ranks: rank %d element %zu is %g, not %g", names[c], n,
-          nranks, r, bad, bad < nd ? h[bad] : 0.0, bad < nd ? want(c, n, r, bad, root) : 0.0);
+    CHECK(bad == nd, "%s n=%zu at %d ranks: rank %d element %zu is %g, not %g", names[c], n, nranks,
+          r, bad, bad < nd ? h[bad] : 0.0, bad < nd ? want(c, n, r, bad, root) : 0.0);
   }
   for (int r = lo; r < hi; r++) {
     cu_free((uintptr_t)s[r]);
@@ -270,8 +280,8 @@ static int run_rank(struct shared* sh, int n, int r) {
 }
 
 static int run_procs(int n) {
-  struct shared* sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                           -1, 0);
+  struct shared* sh =
+      mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) return 1;
   pid_t pids[MAXR];
   for (int r = 0; r < n; r++)
