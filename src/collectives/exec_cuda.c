@@ -26,8 +26,10 @@
  * Buffers: a rank publishes the addresses of a call's send, receive and
  * scratch buffers in one of CUDA_SLOTS slots; it reuses a slot only once
  * every peer has queued past the call that used it. Where a peer is in
- * another process, a buffer also carries its allocation's IPC handle, which
- * the peer opens once.
+ * another process, a rank works in staging buffers of its own (the user's
+ * copied in and out: CUDA leaves undefined an allocation freed while another
+ * process has it open, so only Loom's memory is ever opened by a peer),
+ * published with their IPC handles, which a peer opens once.
  *
  * Sends and receives (and all-to-all-v, whose plan no peer can know) match
  * per pair of ranks instead: the k-th send from a to b meets b's k-th
@@ -70,6 +72,13 @@ static inline uint64_t val(uint64_t seq, uint32_t done) {
   return (seq << 24) | done;
 }
 
+/* A peer's allocation this rank opened (IPC). */
+struct import {
+  int peer;
+  uint64_t base, id;
+  void* map;
+};
+
 /* A communicator's state (coll_comm's cuda). */
 struct cuda_comm {
   int dev;
@@ -84,8 +93,15 @@ struct cuda_comm {
   void* join_ev;             /* recorded at the end of every call: joins a new stream to it */
   void* scratch;             /* device memory */
   size_t scratch_bytes;
-  void** old_scratch; /* outgrown, freed at the end */
+  void** old_scratch; /* outgrown (scratch or staging), freed at the end */
   int nold;
+  /* Between processes a rank works in buffers of its own, which peers open
+   * once and which live until every peer has closed them (DESIGN.md): the
+   * plans' send and receive buffers, and the bytes of sends. */
+  void *st_send, *st_recv, *st_p2p;
+  size_t st_send_bytes, st_recv_bytes, st_p2p_bytes;
+  struct import* imports; /* peers' allocations this rank opened */
+  int nimports;
   uint64_t* nsent; /* per peer: sends prepared, under exec_lock */
   uint64_t* ngot;  /* ... receives */
   /* This rank's allocations exported to peers in other processes (the last
@@ -114,33 +130,12 @@ static inline struct dev_pair* pair_dev(const struct cuda_comm* cc, int r, int p
 
 /* ---- Peers' buffers in other processes ---- */
 
-/* The allocations of peers in other processes that this process opened,
- * shared by its communicators: each is opened once, closed when the peer's
- * process shows another allocation at its address (the old one was freed)
- * or when the last communicator that may read them ends. */
-struct import {
-  uint64_t token; /* the owner's process */
-  uint64_t base, id;
-  void* map;
-};
-static struct import* imports;
-static int nimports, import_users;
-static pthread_mutex_t import_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void imports_leave(void) {
-  pthread_mutex_lock(&import_lock);
-  if (--import_users == 0) {
-    for (int i = 0; i < nimports; i++) cuda_ipc_close(imports[i].map);
-    free(imports);
-    imports = NULL;
-    nimports = 0;
-  }
-  pthread_mutex_unlock(&import_lock);
-}
-
-/* Where this process reads b, a buffer of rank peer. */
-static loomResult_t buf_open(const struct cuda_comm* cc, int peer, const struct dev_buf* b,
-                             void** out) {
+/* Where this rank reads b, a buffer of rank peer: the address itself for a
+ * peer of this process, else through the peer's allocation, opened once
+ * (and again when the peer's allocation at that base has another id: a
+ * grown staging buffer). Only Loom's own allocations are published to peers
+ * in other processes; they live until this rank has closed them. */
+static loomResult_t buf_open(struct cuda_comm* cc, int peer, const struct dev_buf* b, void** out) {
   const struct peer_info* pi = &cc->comm->peers[peer];
   if (pi->process_token == cc->comm->peers[cc->comm->rank].process_token || !b->va) {
     *out = (void*)(uintptr_t)b->va;
@@ -149,41 +144,35 @@ static loomResult_t buf_open(const struct cuda_comm* cc, int peer, const struct 
   if (!b->id)
     return err_set(cc->comm, loomInternalError, "rank %d published a buffer without its handle",
                    peer);
-  loomResult_t r = loomSuccess;
-  pthread_mutex_lock(&import_lock);
   struct import* hit = NULL;
-  for (int i = 0; i < nimports && !hit; i++)
-    if (imports[i].token == pi->process_token && imports[i].base == b->base) hit = &imports[i];
-  if (hit && hit->id != b->id) { /* freed and made again there */
-    cuda_ipc_close(hit->map);
-    *hit = imports[--nimports];
-    hit = NULL;
-  }
+  for (int i = 0; i < cc->nimports && !hit; i++)
+    if (cc->imports[i].peer == peer && cc->imports[i].id == b->id && cc->imports[i].base == b->base)
+      hit = &cc->imports[i];
   if (!hit) {
+    struct import* grown = realloc(cc->imports, (size_t)(cc->nimports + 1) * sizeof *grown);
+    if (!grown) return err_set(cc->comm, loomSystemError, "out of memory");
+    cc->imports = grown;
     void* map = NULL;
-    struct import* grown = realloc(imports, (size_t)(nimports + 1) * sizeof *grown);
-    if (!grown) r = err_set(cc->comm, loomSystemError, "out of memory");
-    if (r == loomSuccess) imports = grown;
-    if (r == loomSuccess) r = cuda_ipc_open(b->ipc, &map);
-    if (r == loomSuccess) {
-      hit = &imports[nimports++];
-      *hit = (struct import){pi->process_token, b->base, b->id, map};
-    } else {
-      err_set(cc->comm, r, "rank %d's buffer at %#llx: %s", peer, (unsigned long long)b->va,
-              err_thread_last());
-    }
+    loomResult_t r = cuda_ipc_open(b->ipc, &map);
+    if (r != loomSuccess)
+      return err_set(cc->comm, r, "rank %d's buffer at %#llx: %s", peer, (unsigned long long)b->va,
+                     err_thread_last());
+    hit = &cc->imports[cc->nimports++];
+    *hit = (struct import){peer, b->base, b->id, map};
+    atomic_store(&pub_host(cc, cc->comm->rank)->maps_open, (uint64_t)cc->nimports);
   }
-  if (hit) *out = (char*)hit->map + (b->va - b->base);
-  pthread_mutex_unlock(&import_lock);
-  return r;
+  *out = (char*)hit->map + (b->va - b->base);
+  return loomSuccess;
 }
 
-/* b describes p for the peers: its address, and where a peer is in another
- * process, its allocation's handle (made once per allocation). */
-static loomResult_t buf_describe(struct cuda_comm* cc, const void* p, struct dev_buf* b) {
+/* b describes p for the peers: its address, and when exported (read by a
+ * peer in another process: then p is Loom's own memory), its allocation's
+ * handle, made once per allocation. */
+static loomResult_t buf_describe(struct cuda_comm* cc, const void* p, int exported,
+                                 struct dev_buf* b) {
   b->va = (uint64_t)(uintptr_t)p;
   b->base = b->id = 0;
-  if (!cc->other_procs || !p) return loomSuccess;
+  if (!exported || !p) return loomSuccess;
   LOOM_CHECK(cuda_alloc_of(p, &b->base, &b->id));
   for (int i = 0; i < cc->nex; i++)
     if (cc->ex[i].id == b->id && cc->ex[i].base == b->base) {
@@ -276,11 +265,6 @@ static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_c
     r = cuda_host_register(cc->area[p], tp_dev_area_bytes(comm), &d);
     cc->area_dev[p] = d;
   }
-  if (r == loomSuccess && cc->other_procs) {
-    pthread_mutex_lock(&import_lock);
-    import_users++;
-    pthread_mutex_unlock(&import_lock);
-  }
   if (r != loomSuccess) {
     if (cc->area_dev) areas_release(cc, n);
     if (cc->join_ev) cuda_event_destroy(cc->join_ev);
@@ -300,21 +284,50 @@ static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_c
   return loomSuccess;
 }
 
+/* Whether every peer in another process has closed its mappings of this
+ * rank's buffers: each closes them as its communicator ends, so this waits
+ * (the communicator's timeout at most) for the peers' ends. No: a failed or
+ * aborted communicator, a peer that never ends; this rank's buffers then
+ * stay allocated (freeing memory a peer still maps is undefined). */
+static int peers_closed(struct cuda_comm* cc) {
+  struct loom_comm* comm = cc->comm;
+  if (!cc->other_procs) return 1;
+  struct deadline dl = deadline_in_ms(comm->timeout_ms);
+  for (int p = 0; p < comm->nranks; p++) {
+    if (comm->peers[p].process_token == comm->peers[comm->rank].process_token) continue;
+    while (atomic_load(&pub_host(cc, p)->maps_open) != 0) {
+      if (comm_health(comm) != loomSuccess || atomic_load(&comm->aborted) || deadline_passed(&dl)) {
+        LOOM_WARN(SUB_INIT,
+                  "rank %d: rank %d still maps this rank's device buffers: they stay allocated",
+                  comm->rank, p);
+        return 0;
+      }
+      sched_yield();
+    }
+  }
+  return 1;
+}
+
 void exec_cuda_comm_fini(struct loom_comm* comm) {
   struct cuda_comm* cc = comm->coll ? comm->coll->cuda : NULL;
   if (!cc) return;
   comm_set_fail_hook(comm, NULL);
   if (cuda_ctx_enter(cc->dev) == loomSuccess) {
-    /* Nothing of this rank runs on the device after this: its buffers and
-     * its mappings of the areas may go. */
+    /* Nothing of this rank runs on the device after this: its mappings of
+     * peers' buffers may go, and its own buffers once no peer maps them. */
     if (cc->any_stream) cuda_event_sync(cc->join_ev);
-    cuda_dev_free(cc->scratch);
-    for (int i = 0; i < cc->nold; i++) cuda_dev_free(cc->old_scratch[i]);
+    for (int i = 0; i < cc->nimports; i++) cuda_ipc_close(cc->imports[i].map);
+    atomic_store(&pub_host(cc, comm->rank)->maps_open, 0);
+    if (peers_closed(cc)) {
+      void* mine[] = {cc->scratch, cc->st_send, cc->st_recv, cc->st_p2p};
+      for (int i = 0; i < 4; i++) cuda_dev_free(mine[i]);
+      for (int i = 0; i < cc->nold; i++) cuda_dev_free(cc->old_scratch[i]);
+    }
     cuda_event_destroy(cc->join_ev);
     areas_release(cc, comm->nranks);
     cuda_ctx_leave();
   }
-  if (cc->other_procs) imports_leave();
+  free(cc->imports);
   free(cc->old_scratch);
   free(cc->nsent);
   free(cc->ngot);
@@ -325,19 +338,21 @@ void exec_cuda_comm_fini(struct loom_comm* comm) {
   comm->coll->cuda = NULL;
 }
 
-/* Scratch of at least need bytes; an outgrown one is kept until the end
- * (work queued earlier may still use it). Under exec_lock, in context. */
-static loomResult_t scratch_grow(struct loom_comm* comm, struct cuda_comm* cc, size_t need) {
-  if (need <= cc->scratch_bytes) return loomSuccess;
-  size_t bytes = LOOM_MAX(need, cc->scratch_bytes * 2);
+/* *buf (scratch or staging) of at least need bytes; an outgrown one is kept
+ * until the end (work queued earlier may still use it). Under exec_lock, in
+ * context. */
+static loomResult_t dev_grow(struct loom_comm* comm, struct cuda_comm* cc, void** buf, size_t* have,
+                             size_t need) {
+  if (need <= *have) return loomSuccess;
+  size_t bytes = LOOM_MAX(need, *have * 2);
   void* p;
   void** old = realloc(cc->old_scratch, (size_t)(cc->nold + 1) * sizeof *old);
   if (!old) return err_set(comm, loomSystemError, "out of memory");
   cc->old_scratch = old;
   LOOM_CHECK(cuda_dev_alloc(&p, bytes));
-  if (cc->scratch) cc->old_scratch[cc->nold++] = cc->scratch;
-  cc->scratch = p;
-  cc->scratch_bytes = bytes;
+  if (*buf) cc->old_scratch[cc->nold++] = *buf;
+  *buf = p;
+  *have = bytes;
   return loomSuccess;
 }
 
@@ -414,6 +429,14 @@ struct crun {
   int p2p;                /* a point-to-point run: items, no plan */
   struct p2p_item* items; /* owned */
   int nitems, cap;
+  /* Between processes (cuda_comm's staging): the user's buffers, the bytes
+   * copied into the staging buffers at the start and out at the end; a
+   * point-to-point run's staging for its sends, and how much is used. */
+  const void* user_send;
+  void* user_recv;
+  size_t in_send, in_recv, out_recv;
+  char* st_base;
+  size_t st_off;
 };
 
 struct cuda_launch {
@@ -471,6 +494,53 @@ static loomResult_t items_of(struct crun* run, const struct coll_task* t) {
   return loomSuccess;
 }
 
+/* 1 when the plan writes buffer b. */
+static int plan_writes(const struct plan* p, int b) {
+  for (uint32_t i = 0; i < p->nops; i++)
+    if (p->ops[i].kind != OP_SEND && p->ops[i].dst.buf == (unsigned)b) return 1;
+  return 0;
+}
+
+/* Between processes a collective runs in the communicator's staging
+ * buffers: the user's receive buffer is copied in (its input in place, and
+ * what the plan does not write), the send buffer too unless it lies inside
+ * the receive buffer (in place: it is then the same place in the staging),
+ * and the receive buffer out at the end. */
+static loomResult_t coll_stage(struct crun* run, size_t es) {
+  struct cuda_comm* cc = run->cc;
+  const struct plan* p = &run->plan->plan;
+  const char* us = run->t->sendbuff;
+  char* ur = run->t->recvbuff;
+  size_t sb = p->buf_count[PB_SEND] * es, rb = p->buf_count[PB_RECV] * es;
+  int inside = us && ur && us >= ur && us + sb <= ur + rb;
+  LOOM_CHECK(dev_grow(run->comm, cc, &cc->st_recv, &cc->st_recv_bytes, rb));
+  if (!inside) LOOM_CHECK(dev_grow(run->comm, cc, &cc->st_send, &cc->st_send_bytes, sb));
+  run->user_send = us;
+  run->user_recv = ur;
+  run->bufs[PB_SEND] = inside ? (char*)cc->st_recv + (us - ur) : cc->st_send;
+  run->bufs[PB_RECV] = cc->st_recv;
+  run->in_send = inside || !us ? 0 : sb;
+  run->in_recv = ur ? rb : 0;
+  run->out_recv = ur && plan_writes(p, PB_RECV) ? rb : 0;
+  return loomSuccess;
+}
+
+/* A point-to-point run's staging for its sends to peers in other processes. */
+static loomResult_t p2p_stage(struct crun* run) {
+  struct cuda_comm* cc = run->cc;
+  size_t need = 0;
+  for (int i = 0; i < run->nitems; i++) {
+    const struct p2p_item* it = &run->items[i];
+    if (it->send &&
+        run->comm->peers[it->peer].process_token != run->comm->peers[run->comm->rank].process_token)
+      need += it->bytes;
+  }
+  if (need) LOOM_CHECK(dev_grow(run->comm, cc, &cc->st_p2p, &cc->st_p2p_bytes, need));
+  run->st_base = cc->st_p2p;
+  run->st_off = 0;
+  return loomSuccess;
+}
+
 static loomResult_t run_prepare(struct crun* run) {
   struct coll_task* t = run->t;
   struct loom_comm* comm = run->comm;
@@ -481,15 +551,17 @@ static loomResult_t run_prepare(struct crun* run) {
                    coll_kind_text(t->kind));
   LOOM_CHECK(cuda_comm_get(comm, task_dev(t), &run->cc));
   run->stream = stream_cuda(t->stream);
-  if (run->p2p) return loomSuccess;
+  if (run->p2p) return p2p_stage(run);
   LOOM_CHECK(algo_plan_cached(t, &run->plan));
   LOOM_CHECK(dag_get(t, run->plan));
   size_t es = dtype_size(t->dtype);
-  LOOM_CHECK(scratch_grow(comm, run->cc, run->plan->plan.buf_count[PB_SCRATCH] * es));
-  run->stream = stream_cuda(t->stream);
+  struct cuda_comm* cc = run->cc;
+  LOOM_CHECK(dev_grow(comm, cc, &cc->scratch, &cc->scratch_bytes,
+                      run->plan->plan.buf_count[PB_SCRATCH] * es));
   run->bufs[PB_SEND] = (void*)t->sendbuff;
   run->bufs[PB_RECV] = t->recvbuff;
   run->bufs[PB_SCRATCH] = run->cc->scratch;
+  if (cc->other_procs) LOOM_CHECK(coll_stage(run, es));
   run->dtype = t->dtype;
   run->redop = redop_is_premul(t->op) || t->op == loomAvg ? loomSum : t->op;
   run->scalar = t->scalar_ptr ? t->scalar_ptr : t->scalar;
@@ -694,7 +766,14 @@ static loomResult_t send_try(struct crun* run, struct p2p_item* it) {
   if (it->k >= P2P_DEPTH &&
       atomic_load_explicit(&theirs->got_q, memory_order_acquire) < it->k + 1 - P2P_DEPTH)
     return loomSuccess;
-  LOOM_CHECK(buf_describe(cl, it->addr, &mine->desc[it->k % P2P_DEPTH].buf));
+  const void* src = it->addr;
+  int other = run->comm->peers[it->peer].process_token != run->comm->peers[me].process_token;
+  if (other) { /* a peer in another process reads a copy in Loom's memory */
+    src = run->st_base + run->st_off;
+    run->st_off += it->bytes;
+    LOOM_CHECK(cuda_memcpy((void*)src, it->addr, it->bytes, run->stream));
+  }
+  LOOM_CHECK(buf_describe(cl, src, other, &mine->desc[it->k % P2P_DEPTH].buf));
   mine->desc[it->k % P2P_DEPTH].bytes = it->bytes;
   LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cl, me, it->peer)->sent_gpu, it->k + 1));
   atomic_store_explicit(&mine->sent_q, it->k + 1, memory_order_release);
@@ -800,9 +879,16 @@ static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* mo
       if (atomic_load_explicit(&pub_host(cl, p)->queued, memory_order_acquire) < need)
         return loomSuccess;
     __typeof__(pub_host(cl, me)->slot[0])* s = &pub_host(cl, me)->slot[run->seq % CUDA_SLOTS];
-    for (int b = 0; b < PB_COUNT; b++) LOOM_CHECK(buf_describe(cl, run->bufs[b], &s->buf[b]));
+    for (int b = 0; b < PB_COUNT; b++)
+      LOOM_CHECK(buf_describe(cl, run->bufs[b], cl->other_procs, &s->buf[b]));
     atomic_store_explicit(&s->seq, run->seq, memory_order_release);
     LOOM_CHECK(stream_join(run));
+    /* Between processes: the user's input into the staging buffers, before
+     * any peer may read them (they wait for value(seq, 0)). */
+    if (run->in_recv)
+      LOOM_CHECK(cuda_memcpy(run->bufs[PB_RECV], run->user_recv, run->in_recv, run->stream));
+    if (run->in_send)
+      LOOM_CHECK(cuda_memcpy(run->bufs[PB_SEND], run->user_send, run->in_send, run->stream));
     LOOM_CHECK(mark(run, 0));
     run->phase = PH_STEPS;
     run->k = run->w = 0;
@@ -820,6 +906,8 @@ static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* mo
       *moved = 1;
     }
     if (run->k == d->nsteps) {
+      if (run->out_recv)
+        LOOM_CHECK(cuda_memcpy(run->user_recv, run->bufs[PB_RECV], run->out_recv, run->stream));
       LOOM_CHECK(cuda_event_record(run->cc->join_ev, run->stream));
       run->phase = PH_DONE;
       *moved = 1;

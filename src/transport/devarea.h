@@ -37,6 +37,7 @@ struct dev_buf {
 struct dev_pub {
   _Alignas(64) uint64_t gpu_done;       /* written by the rank's stream */
   _Alignas(64) _Atomic uint64_t queued; /* the last value whose write is queued */
+  _Atomic uint64_t maps_open;           /* peers' allocations this rank has open (IPC) */
   struct {
     _Atomic uint64_t seq;
     struct dev_buf buf[DEV_SLOT_BUFS];

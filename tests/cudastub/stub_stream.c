@@ -19,6 +19,8 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,10 +38,48 @@ enum { CU_ERR_INVALID_VALUE = 1, CU_ERR_OUT_OF_MEMORY = 2, CU_ERR_NOT_READY = 60
  * /proc/<pid>/fd), or such a mapping of a peer's (imported). */
 struct alloc {
   uintptr_t lo, hi;
-  size_t mapped; /* bytes of the mapping */
-  uint64_t id;   /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
-  int fd;        /* -1 when imported */
+  size_t mapped;      /* bytes of the mapping */
+  uint64_t id;        /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+  int fd;             /* -1 when imported */
+  uint32_t owner_pid; /* imported: whose, and its id there */
+  uint64_t owner_id;
 };
+
+/* How many times other processes have each allocation open, in memory that
+ * every process forked from the one that loaded the stand-in shares: CUDA
+ * leaves undefined an allocation freed while another process has it open,
+ * so cuMemFree of one aborts here (on a GPU it may go unnoticed, or not). */
+#define OPENS 4096
+struct open_rec {
+  uint32_t pid;
+  int32_t count;
+  uint64_t id;
+};
+static struct opens {
+  _Atomic int lock;
+  struct open_rec rec[OPENS];
+} * opens;
+
+__attribute__((constructor)) static void opens_init(void) {
+  void* p = mmap(NULL, sizeof *opens, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  opens = p == MAP_FAILED ? NULL : p;
+}
+
+/* Adds d to the opens of (pid, id); returns the count. */
+static int opens_add(uint32_t pid, uint64_t id, int d) {
+  if (!opens) return 0;
+  while (atomic_exchange_explicit(&opens->lock, 1, memory_order_acquire)) sched_yield();
+  struct open_rec* hit = NULL;
+  for (int i = 0; i < OPENS && !hit; i++)
+    if (opens->rec[i].count > 0 && opens->rec[i].pid == pid && opens->rec[i].id == id)
+      hit = &opens->rec[i];
+  for (int i = 0; i < OPENS && !hit && d > 0; i++)
+    if (opens->rec[i].count <= 0) hit = &opens->rec[i], *hit = (struct open_rec){pid, 0, id};
+  int n = 0;
+  if (hit) n = hit->count += d;
+  atomic_store_explicit(&opens->lock, 0, memory_order_release);
+  return n;
+}
 static struct alloc* allocs;
 static size_t nallocs, allocs_cap;
 static uint64_t next_id;
@@ -78,7 +118,7 @@ static int alloc_add(uintptr_t lo, size_t bytes, size_t mapped, int fd) {
     }
     allocs = a, allocs_cap = cap;
   }
-  allocs[nallocs++] = (struct alloc){lo, lo + bytes, mapped, ++next_id, fd};
+  allocs[nallocs++] = (struct alloc){lo, lo + bytes, mapped, ++next_id, fd, 0, 0};
   pthread_mutex_unlock(&alloc_lock);
   return 0;
 }
@@ -97,6 +137,14 @@ static int alloc_drop(uintptr_t lo, int imported) {
     }
   pthread_mutex_unlock(&alloc_lock);
   if (!found) return CU_ERR_INVALID_VALUE;
+  if (imported) {
+    opens_add(a.owner_pid, a.owner_id, -1);
+  } else if (opens_add((uint32_t)getpid(), a.id, 0) > 0) {
+    fprintf(stderr,
+            "stand-in driver: cuMemFree of an allocation another process still has open "
+            "through its IPC handle (undefined in CUDA)\n");
+    abort();
+  }
   munmap((void*)a.lo, a.mapped);
   if (a.fd >= 0) close(a.fd);
   return 0;
@@ -143,7 +191,7 @@ STUB_API int cuMemGetAddressRange_v2(uintptr_t* base, size_t* size, uintptr_t p)
 struct ipc_handle {
   uint32_t magic, pid;
   int32_t fd;
-  uint64_t bytes, mapped;
+  uint64_t bytes, mapped, id;
 };
 typedef struct {
   unsigned char bytes[64];
@@ -151,10 +199,11 @@ typedef struct {
 #define IPC_MAGIC 0x5354c0deu
 
 STUB_API int cuIpcGetMemHandle(stub_ipc_handle* out, uintptr_t p) {
-  struct ipc_handle h = {IPC_MAGIC, (uint32_t)getpid(), -1, 0, 0};
+  struct ipc_handle h = {IPC_MAGIC, (uint32_t)getpid(), -1, 0, 0, 0};
   pthread_mutex_lock(&alloc_lock);
   struct alloc* a = alloc_find(p);
-  if (a && a->lo == p && a->fd >= 0) h.fd = a->fd, h.bytes = a->hi - a->lo, h.mapped = a->mapped;
+  if (a && a->lo == p && a->fd >= 0)
+    h.fd = a->fd, h.bytes = a->hi - a->lo, h.mapped = a->mapped, h.id = a->id;
   pthread_mutex_unlock(&alloc_lock);
   if (h.fd < 0) return CU_ERR_INVALID_VALUE;
   memset(out, 0, sizeof *out);
@@ -178,6 +227,12 @@ STUB_API int cuIpcOpenMemHandle_v2(uintptr_t* out, stub_ipc_handle handle, unsig
     munmap(p, h.mapped);
     return CU_ERR_OUT_OF_MEMORY;
   }
+  pthread_mutex_lock(&alloc_lock);
+  struct alloc* a = alloc_find((uintptr_t)p);
+  a->owner_pid = h.pid;
+  a->owner_id = h.id;
+  pthread_mutex_unlock(&alloc_lock);
+  opens_add(h.pid, h.id, 1);
   *out = (uintptr_t)p;
   return 0;
 }
