@@ -494,10 +494,16 @@ static loomResult_t items_of(struct crun* run, const struct coll_task* t) {
   return loomSuccess;
 }
 
-/* 1 when the plan writes buffer b. */
+/* 1 when the plan writes buffer b; when it reads or writes it (a send's
+ * source is read by the peer). */
 static int plan_writes(const struct plan* p, int b) {
   for (uint32_t i = 0; i < p->nops; i++)
     if (p->ops[i].kind != OP_SEND && p->ops[i].dst.buf == (unsigned)b) return 1;
+  return 0;
+}
+static int plan_touches(const struct plan* p, int b) {
+  for (uint32_t i = 0; i < p->nops; i++)
+    if (p->ops[i].dst.buf == (unsigned)b || p->ops[i].src.buf == (unsigned)b) return 1;
   return 0;
 }
 
@@ -505,7 +511,9 @@ static int plan_writes(const struct plan* p, int b) {
  * buffers: the user's receive buffer is copied in (its input in place, and
  * what the plan does not write), the send buffer too unless it lies inside
  * the receive buffer (in place: it is then the same place in the staging),
- * and the receive buffer out at the end. */
+ * and the receive buffer out at the end. Only buffers the rank's plan uses
+ * are copied: a rank where a buffer only matters at the root (gather's and
+ * reduce's receive, scatter's send) may pass one of any size there. */
 static loomResult_t coll_stage(struct crun* run, size_t es) {
   struct cuda_comm* cc = run->cc;
   const struct plan* p = &run->plan->plan;
@@ -519,8 +527,11 @@ static loomResult_t coll_stage(struct crun* run, size_t es) {
   run->user_recv = ur;
   run->bufs[PB_SEND] = inside ? (char*)cc->st_recv + (us - ur) : cc->st_send;
   run->bufs[PB_RECV] = cc->st_recv;
-  run->in_send = inside || !us ? 0 : sb;
-  run->in_recv = ur ? rb : 0;
+  int use_send = plan_touches(p, PB_SEND), use_recv = plan_touches(p, PB_RECV);
+  run->in_recv = ur && use_recv ? rb : 0;
+  /* Inside the receive buffer, the send part comes with it, unless the plan
+   * uses only the send part. */
+  run->in_send = us && use_send && !(inside && run->in_recv) ? sb : 0;
   run->out_recv = ur && plan_writes(p, PB_RECV) ? rb : 0;
   return loomSuccess;
 }
