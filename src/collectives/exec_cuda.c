@@ -104,15 +104,23 @@ struct cuda_comm {
   int nimports;
   uint64_t* nsent; /* per peer: sends prepared, under exec_lock */
   uint64_t* ngot;  /* ... receives */
-  /* This rank's allocations exported to peers in other processes (the last
-   * EXPORTS of them, in turn). */
-#define EXPORTS 32
+  /* This rank's allocations exported to peers in other processes: only its
+   * own (staging and scratch), which live until destroy, so an address in
+   * one of their ranges is that allocation (no driver call to find it). A
+   * handful: each grows by doubling. */
+#define EXPORTS 64
   struct {
     uint64_t base, id;
+    size_t size;
     unsigned char ipc[DEV_IPC_BYTES];
   } ex[EXPORTS];
-  int nex, ex_next;
+  int nex;
 };
+
+/* 1 when peer is a rank of another process. */
+static inline int other_proc(const struct loom_comm* comm, int peer) {
+  return comm->peers[peer].process_token != comm->peers[comm->rank].process_token;
+}
 
 static inline struct dev_pub* pub_host(const struct cuda_comm* cc, int r) {
   return cc->area[r];
@@ -136,8 +144,7 @@ static inline struct dev_pair* pair_dev(const struct cuda_comm* cc, int r, int p
  * grown staging buffer). Only Loom's own allocations are published to peers
  * in other processes; they live until this rank has closed them. */
 static loomResult_t buf_open(struct cuda_comm* cc, int peer, const struct dev_buf* b, void** out) {
-  const struct peer_info* pi = &cc->comm->peers[peer];
-  if (pi->process_token == cc->comm->peers[cc->comm->rank].process_token || !b->va) {
+  if (!other_proc(cc->comm, peer) || !b->va) {
     *out = (void*)(uintptr_t)b->va;
     return loomSuccess;
   }
@@ -173,15 +180,21 @@ static loomResult_t buf_describe(struct cuda_comm* cc, const void* p, int export
   b->va = (uint64_t)(uintptr_t)p;
   b->base = b->id = 0;
   if (!exported || !p) return loomSuccess;
-  LOOM_CHECK(cuda_alloc_of(p, &b->base, &b->id));
   for (int i = 0; i < cc->nex; i++)
-    if (cc->ex[i].id == b->id && cc->ex[i].base == b->base) {
+    if (b->va >= cc->ex[i].base && b->va - cc->ex[i].base < cc->ex[i].size) {
+      b->base = cc->ex[i].base;
+      b->id = cc->ex[i].id;
       memcpy(b->ipc, cc->ex[i].ipc, sizeof b->ipc);
       return loomSuccess;
     }
+  if (cc->nex == EXPORTS)
+    return err_set(cc->comm, loomInternalError, "more than %d device buffers exported", EXPORTS);
+  size_t size;
+  LOOM_CHECK(cuda_alloc_of(p, &b->base, &size, &b->id));
   LOOM_CHECK(cuda_ipc_export(b->base, b->ipc));
-  int at = cc->nex < EXPORTS ? cc->nex++ : cc->ex_next++ % EXPORTS;
+  int at = cc->nex++;
   cc->ex[at].base = b->base;
+  cc->ex[at].size = size;
   cc->ex[at].id = b->id;
   memcpy(cc->ex[at].ipc, b->ipc, sizeof b->ipc);
   return loomSuccess;
@@ -260,7 +273,7 @@ static loomResult_t cuda_comm_get(struct loom_comm* comm, int dev, struct cuda_c
   for (int p = 0; p < n && r == loomSuccess; p++) {
     cc->area[p] = tp_dev_area(comm, p);
     cc->local[p] = tp_local_index(comm, p);
-    cc->other_procs |= comm->peers[p].process_token != comm->peers[comm->rank].process_token;
+    cc->other_procs |= other_proc(comm, p);
     void* d = NULL;
     r = cuda_host_register(cc->area[p], tp_dev_area_bytes(comm), &d);
     cc->area_dev[p] = d;
@@ -294,7 +307,7 @@ static int peers_closed(struct cuda_comm* cc) {
   if (!cc->other_procs) return 1;
   struct deadline dl = deadline_in_ms(comm->timeout_ms);
   for (int p = 0; p < comm->nranks; p++) {
-    if (comm->peers[p].process_token == comm->peers[comm->rank].process_token) continue;
+    if (!other_proc(comm, p)) continue;
     while (atomic_load(&pub_host(cc, p)->maps_open) != 0) {
       if (comm_health(comm) != loomSuccess || atomic_load(&comm->aborted) || deadline_passed(&dl)) {
         LOOM_WARN(SUB_INIT,
@@ -542,9 +555,7 @@ static loomResult_t p2p_stage(struct crun* run) {
   size_t need = 0;
   for (int i = 0; i < run->nitems; i++) {
     const struct p2p_item* it = &run->items[i];
-    if (it->send &&
-        run->comm->peers[it->peer].process_token != run->comm->peers[run->comm->rank].process_token)
-      need += it->bytes;
+    if (it->send && other_proc(run->comm, it->peer)) need += it->bytes;
   }
   if (need) LOOM_CHECK(dev_grow(run->comm, cc, &cc->st_p2p, &cc->st_p2p_bytes, need));
   run->st_base = cc->st_p2p;
@@ -769,24 +780,24 @@ static loomResult_t stream_join(struct crun* run) {
  * its descriptor is free (the peer has queued the receive that read it
  * last): the descriptor, then the word saying the buffer is ready. */
 static loomResult_t send_try(struct crun* run, struct p2p_item* it) {
-  struct cuda_comm* cl = run->cc;
+  struct cuda_comm* cc = run->cc;
   int me = run->comm->rank;
-  struct dev_pair* mine = pair_host(cl, me, it->peer);
-  const struct dev_pair* theirs = pair_host(cl, it->peer, me);
+  struct dev_pair* mine = pair_host(cc, me, it->peer);
+  const struct dev_pair* theirs = pair_host(cc, it->peer, me);
   if (atomic_load_explicit(&mine->sent_q, memory_order_relaxed) != it->k) return loomSuccess;
   if (it->k >= P2P_DEPTH &&
       atomic_load_explicit(&theirs->got_q, memory_order_acquire) < it->k + 1 - P2P_DEPTH)
     return loomSuccess;
   const void* src = it->addr;
-  int other = run->comm->peers[it->peer].process_token != run->comm->peers[me].process_token;
+  int other = other_proc(run->comm, it->peer);
   if (other) { /* a peer in another process reads a copy in Loom's memory */
     src = run->st_base + run->st_off;
     run->st_off += it->bytes;
     LOOM_CHECK(cuda_memcpy((void*)src, it->addr, it->bytes, run->stream));
   }
-  LOOM_CHECK(buf_describe(cl, src, other, &mine->desc[it->k % P2P_DEPTH].buf));
+  LOOM_CHECK(buf_describe(cc, src, other, &mine->desc[it->k % P2P_DEPTH].buf));
   mine->desc[it->k % P2P_DEPTH].bytes = it->bytes;
-  LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cl, me, it->peer)->sent_gpu, it->k + 1));
+  LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cc, me, it->peer)->sent_gpu, it->k + 1));
   atomic_store_explicit(&mine->sent_q, it->k + 1, memory_order_release);
   it->queued = 1;
   return loomSuccess;
@@ -796,10 +807,10 @@ static loomResult_t send_try(struct crun* run, struct p2p_item* it) {
  * the peer has queued the send it matches: a wait for the sender's stream
  * to reach the send, the copy, and the word saying it is done. */
 static loomResult_t recv_try(struct crun* run, struct p2p_item* it) {
-  struct cuda_comm* cl = run->cc;
+  struct cuda_comm* cc = run->cc;
   int me = run->comm->rank;
-  struct dev_pair* mine = pair_host(cl, me, it->peer);
-  const struct dev_pair* theirs = pair_host(cl, it->peer, me);
+  struct dev_pair* mine = pair_host(cc, me, it->peer);
+  const struct dev_pair* theirs = pair_host(cc, it->peer, me);
   if (atomic_load_explicit(&mine->got_q, memory_order_relaxed) != it->k) return loomSuccess;
   if (atomic_load_explicit(&theirs->sent_q, memory_order_acquire) < it->k + 1) return loomSuccess;
   const struct dev_buf* buf = &theirs->desc[it->k % P2P_DEPTH].buf;
@@ -814,11 +825,11 @@ static loomResult_t recv_try(struct crun* run, struct p2p_item* it) {
                    it->bytes, (unsigned long long)it->k + 1);
   }
   if (it->peer != me)
-    LOOM_CHECK(cuda_wait_value(run->stream, &pair_dev(cl, it->peer, me)->sent_gpu, it->k + 1));
+    LOOM_CHECK(cuda_wait_value(run->stream, &pair_dev(cc, it->peer, me)->sent_gpu, it->k + 1));
   void* from;
-  LOOM_CHECK(buf_open(cl, it->peer, buf, &from));
+  LOOM_CHECK(buf_open(cc, it->peer, buf, &from));
   LOOM_CHECK(cuda_memcpy(it->addr, from, it->bytes, run->stream));
-  LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cl, me, it->peer)->got_gpu, it->k + 1));
+  LOOM_CHECK(cuda_write_value(run->stream, &pair_dev(cc, me, it->peer)->got_gpu, it->k + 1));
   atomic_store_explicit(&mine->got_q, it->k + 1, memory_order_release);
   it->queued = 1;
   return loomSuccess;
@@ -827,7 +838,7 @@ static loomResult_t recv_try(struct crun* run, struct p2p_item* it) {
 /* A point-to-point run: every send and receive queued as the peers allow,
  * then, per peer sent to, a wait for its receives to be done. */
 static loomResult_t p2p_advance(struct crun* run, int* moved) {
-  struct cuda_comm* cl = run->cc;
+  struct cuda_comm* cc = run->cc;
   int me = run->comm->rank;
   if (run->phase == PH_P2P) {
     int left = 0;
@@ -845,7 +856,7 @@ static loomResult_t p2p_advance(struct crun* run, int* moved) {
   for (; run->w < (uint32_t)run->nitems; run->w++) {
     const struct p2p_item* it = &run->items[run->w];
     if (!it->last) continue;
-    const struct dev_pair* theirs = pair_host(cl, it->peer, me);
+    const struct dev_pair* theirs = pair_host(cc, it->peer, me);
     uint64_t refused = atomic_load_explicit(&theirs->refused, memory_order_acquire);
     if (refused && refused <= it->k + 1)
       return err_set(run->comm, loomInvalidUsage,
@@ -856,7 +867,7 @@ static loomResult_t p2p_advance(struct crun* run, int* moved) {
                      (unsigned long long)atomic_load(&theirs->refused_bytes));
     if (atomic_load_explicit(&theirs->got_q, memory_order_acquire) < it->k + 1) return loomSuccess;
     if (it->peer != me)
-      LOOM_CHECK(cuda_wait_value(run->stream, &pair_dev(cl, it->peer, me)->got_gpu, it->k + 1));
+      LOOM_CHECK(cuda_wait_value(run->stream, &pair_dev(cc, it->peer, me)->got_gpu, it->k + 1));
     *moved = 1;
   }
   LOOM_CHECK(cuda_event_record(run->cc->join_ev, run->stream));
@@ -868,7 +879,7 @@ static loomResult_t p2p_advance(struct crun* run, int* moved) {
 /* Advances run as far as the peers allow; *moved when it queued anything. */
 static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* moved) {
   struct loom_comm* comm = run->comm;
-  struct cuda_comm* cl = run->cc;
+  struct cuda_comm* cc = run->cc;
   int me = comm->rank;
   if (run->phase == PH_TURN) {
     /* The communicator's tasks of the launch run one after another. */
@@ -887,11 +898,11 @@ static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* mo
     /* The slot's last call is queued by every peer. */
     uint64_t need = run->seq > CUDA_SLOTS - 1 ? val(run->seq - (CUDA_SLOTS - 1), 0) : 0;
     for (int p = 0; p < comm->nranks; p++)
-      if (atomic_load_explicit(&pub_host(cl, p)->queued, memory_order_acquire) < need)
+      if (atomic_load_explicit(&pub_host(cc, p)->queued, memory_order_acquire) < need)
         return loomSuccess;
-    __typeof__(pub_host(cl, me)->slot[0])* s = &pub_host(cl, me)->slot[run->seq % CUDA_SLOTS];
+    __typeof__(pub_host(cc, me)->slot[0])* s = &pub_host(cc, me)->slot[run->seq % CUDA_SLOTS];
     for (int b = 0; b < PB_COUNT; b++)
-      LOOM_CHECK(buf_describe(cl, run->bufs[b], cl->other_procs, &s->buf[b]));
+      LOOM_CHECK(buf_describe(cc, run->bufs[b], cc->other_procs, &s->buf[b]));
     atomic_store_explicit(&s->seq, run->seq, memory_order_release);
     LOOM_CHECK(stream_join(run));
     /* Between processes: the user's input into the staging buffers, before
@@ -911,9 +922,9 @@ static loomResult_t run_advance(struct cuda_launch* h, struct crun* run, int* mo
     for (; d->wait_begin[run->k] + run->w < d->wait_begin[run->k + 1]; run->w++) {
       const struct dag_wait* wt = &d->waits[d->wait_begin[run->k] + run->w];
       uint64_t v = val(run->seq, wt->after);
-      if (atomic_load_explicit(&pub_host(cl, wt->peer)->queued, memory_order_acquire) < v)
+      if (atomic_load_explicit(&pub_host(cc, wt->peer)->queued, memory_order_acquire) < v)
         return loomSuccess;
-      LOOM_CHECK(cuda_wait_value(run->stream, &pub_dev(cl, wt->peer)->gpu_done, v));
+      LOOM_CHECK(cuda_wait_value(run->stream, &pub_dev(cc, wt->peer)->gpu_done, v));
       *moved = 1;
     }
     if (run->k == d->nsteps) {

@@ -831,7 +831,9 @@ struct shared {
   _Atomic int ready;
   loomUniqueId id;
 };
-static int proc_rank(struct shared* sh, int n, int r) {
+/* Rank r of n processes: starts the driver and gets the id rank 0 made.
+ * 0, or the exit code (77: skipped). */
+static int rank_join(struct shared* sh, int n, int r) {
   nranks = n;
   lo = r;
   hi = r + 1;
@@ -842,6 +844,12 @@ static int proc_rank(struct shared* sh, int n, int r) {
     atomic_store(&sh->ready, 1);
   }
   for (int i = 0; i < 30000 && !atomic_load(&sh->ready); i++) usleep(1000);
+  return 0;
+}
+
+static int proc_rank(struct shared* sh, int n, int r) {
+  int rc = rank_join(sh, n, r);
+  if (rc) return rc;
   loomResult_t res = loomCommInitRank(&comms[r], n, sh->id, r);
   if (res != loomSuccess) {
     printf("FAIL: rank %d: loomCommInitRank: %s\n", r, loomGetLastError(NULL));
@@ -859,16 +867,8 @@ static int proc_rank(struct shared* sh, int n, int r) {
  * those words so every wait passes), and the communicator reports the
  * peer's death. Returns the rank's exit code. */
 static int killed_rank(struct shared* sh, int n, int r) {
-  nranks = n;
-  lo = r;
-  hi = r + 1;
-  int rc = driver_start();
+  int rc = rank_join(sh, n, r);
   if (rc) return rc;
-  if (r == 0) {
-    if (loomGetUniqueId(&sh->id) != loomSuccess) return 3;
-    atomic_store(&sh->ready, 1);
-  }
-  for (int i = 0; i < 30000 && !atomic_load(&sh->ready); i++) usleep(1000);
   alarm(60); /* a hung stream fails the test */
   if (loomCommInitRank(&comms[r], n, sh->id, r) != loomSuccess) return 4;
   stream_new(&cstreams[r]);
@@ -907,15 +907,16 @@ static int killed_rank(struct shared* sh, int n, int r) {
   return ok ? 0 : 7;
 }
 
-static int killed(int n) {
+/* Runs body as ranks 0..n-1, a process each, and waits for them: 0 when
+ * each exited 0 (rank `dies`, if >= 0, must die of SIGKILL instead), 77
+ * when every one skipped, else 1 (one line per rank that did not). */
+static int fork_ranks(int n, int (*body)(struct shared*, int, int), int dies) {
   struct shared* sh =
       mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) return 3;
   pid_t pids[MAXR];
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) _exit(killed_rank(sh, n, r));
-  }
+  for (int r = 0; r < n; r++)
+    if ((pids[r] = fork()) == 0) _exit(body(sh, n, r));
   int bad = 0, skipped = 0;
   for (int r = 0; r < n; r++) {
     int st = 0;
@@ -924,9 +925,8 @@ static int killed(int n) {
       skipped++;
       continue;
     }
-    int want_killed = r == n - 1;
-    int ok = want_killed ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL
-                         : WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    int ok = r == dies ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL
+                       : WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (!ok) {
       printf("FAIL: rank %d: %s %d\n", r, WIFEXITED(st) ? "exit" : "signal",
              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
@@ -935,36 +935,21 @@ static int killed(int n) {
   }
   munmap(sh, sizeof *sh);
   if (!bad && skipped == n) return 77;
-  bad |= skipped > 0;
-  printf("a rank killed mid-collective at %d processes: %s\n", n,
-         bad ? "FAILED" : "the others' streams drained, each reports the death");
-  return bad;
+  return bad || skipped;
+}
+
+static int killed(int n) {
+  int rc = fork_ranks(n, killed_rank, n - 1);
+  if (rc != 77)
+    printf("a rank killed mid-collective at %d processes: %s\n", n,
+           rc ? "FAILED" : "the others' streams drained, each reports the death");
+  return rc;
 }
 
 static int procs(int n) {
-  struct shared* sh =
-      mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (sh == MAP_FAILED) return 3;
-  pid_t pids[MAXR];
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) _exit(proc_rank(sh, n, r));
-  }
-  int bad = 0, skipped = 0;
-  for (int r = 0; r < n; r++) {
-    int st = 0;
-    waitpid(pids[r], &st, 0);
-    skipped += WIFEXITED(st) && WEXITSTATUS(st) == 77;
-    if (!WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 77)) {
-      printf("FAIL: rank %d: %s %d\n", r, WIFEXITED(st) ? "exit" : "signal",
-             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-      bad = 1;
-    }
-  }
-  munmap(sh, sizeof *sh);
-  if (!bad && skipped == n) return 77;
-  printf("%d processes: %s\n", n, bad || skipped ? "FAILED" : "every rank passed");
-  return bad || skipped;
+  int rc = fork_ranks(n, proc_rank, -1);
+  if (rc != 77) printf("%d processes: %s\n", n, rc ? "FAILED" : "every rank passed");
+  return rc;
 }
 
 /* The driver at path (the stand-in, or libcuda.so.1 on a GPU): its entry

@@ -96,8 +96,6 @@ static struct {
   cu_result (*wait_value64)(void*, uintptr_t, uint64_t, unsigned);
   cu_result (*mem_alloc)(uintptr_t*, size_t);
   cu_result (*mem_free)(uintptr_t);
-  cu_result (*host_alloc)(void**, size_t, unsigned);
-  cu_result (*host_free)(void*);
   cu_result (*host_dev_ptr)(uintptr_t*, void*, unsigned);
   cu_result (*stream_sync)(void*);
   cu_result (*stream_query)(void*);
@@ -172,8 +170,6 @@ static void drv_load(void) {
   if (!drv.wait_value64) DRV_SYM(wait_value64, "cuStreamWaitValue64");
   DRV_SYM(mem_alloc, "cuMemAlloc_v2");
   DRV_SYM(mem_free, "cuMemFree_v2");
-  DRV_SYM(host_alloc, "cuMemHostAlloc");
-  DRV_SYM(host_free, "cuMemFreeHost");
   DRV_SYM(host_dev_ptr, "cuMemHostGetDevicePointer_v2");
   DRV_SYM(stream_sync, "cuStreamSynchronize");
   DRV_SYM(stream_query, "cuStreamQuery");
@@ -193,9 +189,8 @@ static void drv_load(void) {
 #undef DRV_SYM
   drv.stream_ok = drv.primary_retain && drv.ctx_push && drv.ctx_pop && drv.memcpy_async &&
                   drv.write_value64 && drv.wait_value64 && drv.mem_alloc && drv.mem_free &&
-                  drv.host_alloc && drv.host_free && drv.host_dev_ptr && drv.stream_sync &&
-                  drv.stream_query && drv.event_create && drv.event_record && drv.event_destroy &&
-                  drv.stream_wait_event && drv.event_sync;
+                  drv.host_dev_ptr && drv.stream_sync && drv.stream_query && drv.event_create &&
+                  drv.event_record && drv.event_destroy && drv.stream_wait_event && drv.event_sync;
   if (!drv.init || !drv.ctx_get_current || !drv.ctx_get_device || !drv.device_get_attribute ||
       !drv.module_load_data || !drv.module_get_function || !drv.launch_kernel) {
     drv.why = "the CUDA driver lacks an entry point Loom's kernels need";
@@ -358,9 +353,8 @@ loomResult_t cuda_copy(void* dst, const void* src, size_t bytes, void* stream) {
 
 enum {
   CU_ERR_NOT_READY = 600,
-  CU_MEMHOST_PORTABLE_DEVICEMAP = 0x03, /* CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP */
-  CU_WAIT_GEQ = 0x0,                    /* CU_STREAM_WAIT_VALUE_GEQ */
-  CU_EVENT_NO_TIMING = 0x2              /* CU_EVENT_DISABLE_TIMING */
+  CU_WAIT_GEQ = 0x0,       /* CU_STREAM_WAIT_VALUE_GEQ */
+  CU_EVENT_NO_TIMING = 0x2 /* CU_EVENT_DISABLE_TIMING */
 };
 
 int cuda_stream_usable(const char** why_out) {
@@ -445,28 +439,6 @@ void cuda_dev_free(void* p) {
   if (p && drv.mem_free) drv.mem_free((uintptr_t)p);
 }
 
-loomResult_t cuda_host_alloc(void** host_out, void** dev_out, size_t bytes) {
-  LOOM_CHECK(stream_drv("cuda_host_alloc"));
-  void* h = NULL;
-  uintptr_t d = 0;
-  cu_result r = drv.host_alloc(&h, bytes, CU_MEMHOST_PORTABLE_DEVICEMAP);
-  if (r != 0)
-    return err_set(NULL, loomSystemError, "out of pinned host memory for %zu bytes: %s", bytes,
-                   cu_text(r));
-  if ((r = drv.host_dev_ptr(&d, h, 0)) != 0) {
-    drv.host_free(h);
-    return cu_fail("cuMemHostGetDevicePointer", r);
-  }
-  memset(h, 0, bytes);
-  *host_out = h;
-  *dev_out = (void*)d;
-  return loomSuccess;
-}
-
-void cuda_host_free(void* h) {
-  if (h && drv.host_free) drv.host_free(h);
-}
-
 enum { CU_HOSTREG_PORTABLE_DEVICEMAP = 0x03, CU_PTR_ATTR_BUFFER_ID = 7, CU_IPC_LAZY_PEER = 1 };
 
 loomResult_t cuda_host_register(void* host, size_t bytes, void** dev_out) {
@@ -495,7 +467,7 @@ static loomResult_t ipc_drv(void) {
   return loomSuccess;
 }
 
-loomResult_t cuda_alloc_of(const void* p, uint64_t* base_out, uint64_t* id_out) {
+loomResult_t cuda_alloc_of(const void* p, uint64_t* base_out, size_t* size_out, uint64_t* id_out) {
   LOOM_CHECK(ipc_drv());
   uintptr_t base = 0;
   size_t size = 0;
@@ -505,6 +477,7 @@ loomResult_t cuda_alloc_of(const void* p, uint64_t* base_out, uint64_t* id_out) 
   if ((r = drv.pointer_attr(&id, CU_PTR_ATTR_BUFFER_ID, (uintptr_t)p)) != 0)
     return cu_fail("cuPointerGetAttribute (buffer id)", r);
   *base_out = base;
+  *size_out = size;
   *id_out = id;
   return loomSuccess;
 }

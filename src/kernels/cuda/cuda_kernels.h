@@ -59,16 +59,13 @@ void cuda_ctx_leave(void);
 loomResult_t cuda_memcpy(void* dst, const void* src, size_t bytes, void* stream);
 /* Stream memory operations on a 64-bit word of mapped memory (a device
  * address of it): write value once the work before it is done; hold the
- * work after it until the word is >= value (unsigned). */
+ * work after it until the word is >= value, compared as the driver does,
+ * cyclically: (int64_t)(word - value) >= 0. */
 loomResult_t cuda_write_value(void* stream, uint64_t* word, uint64_t value);
 loomResult_t cuda_wait_value(void* stream, const uint64_t* word, uint64_t value);
 /* Device memory of the current context (cuMemAlloc). */
 loomResult_t cuda_dev_alloc(void** out, size_t bytes);
 void cuda_dev_free(void* p);
-/* Pinned host memory mapped into every context (portable, device-mapped),
- * zeroed: its host address and its device address. */
-loomResult_t cuda_host_alloc(void** host_out, void** dev_out, size_t bytes);
-void cuda_host_free(void* host);
 /* cuStreamSynchronize; cuStreamQuery (loomInProgress while work is left). */
 loomResult_t cuda_stream_sync(void* stream);
 loomResult_t cuda_stream_query(void* stream);
@@ -85,14 +82,14 @@ loomResult_t cuda_event_sync(void* ev);
 /* Ranks in other processes. cuda_host_register maps host memory (a shared
  * segment) for the device: *dev_out is its device address (unregister
  * before unmapping it). cuda_alloc_of gives the device allocation p lies
- * in: its base and the driver's buffer id (unique in this process, so an
+ * in: its base, size and the driver's buffer id (unique in this process, so an
  * allocation freed and made again at one address is told apart).
  * cuda_ipc_export makes the IPC handle of the allocation at base;
  * cuda_ipc_open maps a peer process's handle, cuda_ipc_close unmaps it. */
 #define CUDA_IPC_BYTES 64
 loomResult_t cuda_host_register(void* host, size_t bytes, void** dev_out);
 void cuda_host_unregister(void* host);
-loomResult_t cuda_alloc_of(const void* p, uint64_t* base_out, uint64_t* id_out);
+loomResult_t cuda_alloc_of(const void* p, uint64_t* base_out, size_t* size_out, uint64_t* id_out);
 loomResult_t cuda_ipc_export(uint64_t base, unsigned char handle[CUDA_IPC_BYTES]);
 loomResult_t cuda_ipc_open(const unsigned char handle[CUDA_IPC_BYTES], void** out);
 void cuda_ipc_close(void* p);
